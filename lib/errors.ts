@@ -1,0 +1,53 @@
+/**
+ * One error hierarchy for the whole library. Every error sets `name`, keeps
+ * `cause`, and says whether retrying the same operation later can succeed.
+ */
+export class OutboxError extends Error {
+  /** True when the same operation may succeed later (throttling, network, outage). */
+  readonly retryable: boolean;
+
+  constructor(message: string, options: { cause?: unknown; retryable?: boolean } = {}) {
+    super(message, { cause: options.cause });
+    this.name = 'OutboxError';
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** Bad input to the write API or an operator command; nothing was written. */
+export class ValidationError extends OutboxError {
+  /** Dotted path of the offending field, e.g. `events[2].payload`. */
+  readonly field: string;
+
+  constructor(field: string, message: string, options: { cause?: unknown } = {}) {
+    super(`${field}: ${message}`, options);
+    this.name = 'ValidationError';
+    this.field = field;
+  }
+}
+
+/** A configuration value is missing or malformed; raised at cold start. */
+export class ConfigError extends OutboxError {
+  /** The environment variable (or option) at fault. */
+  readonly variable: string;
+
+  constructor(variable: string, message: string, options: { cause?: unknown } = {}) {
+    super(`${variable}: ${message}`, options);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}
+
+/**
+ * A publish to a target failed. `retryable: false` means the event itself is at
+ * fault (too large, rejected by validation, no route) and retrying cannot help.
+ */
+export class PublishError extends OutboxError {
+  /** The vendor's error code, when there is one (e.g. `ThrottlingException`). */
+  readonly code: string | undefined;
+
+  constructor(message: string, options: { cause?: unknown; retryable: boolean; code?: string | undefined }) {
+    super(message, options);
+    this.name = 'PublishError';
+    this.code = options.code;
+  }
+}

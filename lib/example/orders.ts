@@ -1,0 +1,74 @@
+import { randomUUID } from 'node:crypto';
+import type { Pool } from 'pg';
+import { withTransaction } from '../db/transaction.js';
+import { ValidationError } from '../errors.js';
+import { enqueueEvent } from '../outbox/enqueue.js';
+
+/** The example service's input. */
+export interface NewOrder {
+  customerId: string;
+  totalCents: number;
+  currency: string;
+}
+
+/** Payload of the `order.created` event. */
+export interface OrderCreated {
+  orderId: string;
+  customerId: string;
+  totalCents: number;
+  currency: string;
+}
+
+export interface CreateOrderOptions {
+  /** Forwarded to the broker with the event (trace context, correlation id). */
+  headers?: Record<string, string>;
+  /**
+   * Runs inside the transaction after both inserts. The tests use it to fail
+   * at the worst moment and prove that neither row survives.
+   */
+  beforeCommit?: () => Promise<void> | void;
+}
+
+function validateOrder(order: NewOrder): void {
+  if (typeof order.customerId !== 'string' || order.customerId === '') {
+    throw new ValidationError('order.customerId', 'must be a non-empty string');
+  }
+  if (!Number.isSafeInteger(order.totalCents) || order.totalCents < 0) {
+    throw new ValidationError('order.totalCents', 'must be a non-negative integer');
+  }
+  if (typeof order.currency !== 'string' || !/^[A-Z]{3}$/.test(order.currency)) {
+    throw new ValidationError('order.currency', 'must be a three-letter ISO 4217 code');
+  }
+}
+
+/**
+ * Saves an order and its `order.created` event in one transaction: both are
+ * committed, or neither is. The relay publishes the event later.
+ *
+ * @example
+ * const { orderId, eventId } = await createOrder(pool, { customerId: 'c-1', totalCents: 4200, currency: 'SEK' });
+ */
+export async function createOrder(
+  pool: Pool,
+  order: NewOrder,
+  options: CreateOrderOptions = {},
+): Promise<{ orderId: string; eventId: string }> {
+  validateOrder(order);
+  const orderId = randomUUID();
+  return withTransaction(pool, async (client) => {
+    await client.query(
+      'INSERT INTO orders (id, customer_id, total_cents, currency) VALUES ($1, $2, $3, $4)',
+      [orderId, order.customerId, order.totalCents, order.currency],
+    );
+    const payload: OrderCreated = { orderId, ...order };
+    const eventId = await enqueueEvent(client, {
+      aggregateType: 'order',
+      aggregateId: orderId,
+      eventType: 'order.created',
+      payload,
+      headers: options.headers,
+    });
+    await options.beforeCommit?.();
+    return { orderId, eventId };
+  });
+}

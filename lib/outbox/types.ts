@@ -1,0 +1,31 @@
+/** What a producer hands to {@link enqueueEvents}. */
+export interface NewOutboxEvent<P = unknown> {
+  /** Kind of entity the event is about, e.g. `order`. */
+  aggregateType: string;
+  /** Id of that entity; events of one aggregate are ordered when ordering is on. */
+  aggregateId: string;
+  /** Event name, e.g. `order.created`; routing matches on it. */
+  eventType: string;
+  /** Any JSON-serializable value. */
+  payload: P;
+  /** String headers forwarded to the broker (trace context, correlation ids). */
+  headers?: Record<string, string>;
+  /** Event id (UUID); generated when absent. Consumers deduplicate on it. */
+  id?: string;
+}
+
+/** A row of `outbox_events` as the relay sees it after claiming it. */
+export interface OutboxEvent {
+  id: string;
+  seq: string;
+  aggregateType: string;
+  aggregateId: string;
+  eventType: string;
+  payload: unknown;
+  headers: Record<string, string>;
+  createdAt: Date;
+  /** Claims so far, this one included. */
+  attempts: number;
+  /** Targets that accepted the event on an earlier attempt. */
+  deliveredTargets: string[];
+}

@@ -1,0 +1,23 @@
+-- Up Migration
+
+-- The example domain: an order service that must tell others about new orders.
+CREATE TABLE orders (
+  id uuid PRIMARY KEY,
+  customer_id varchar(255) NOT NULL,
+  total_cents bigint NOT NULL CHECK (total_cents >= 0),
+  currency char(3) NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Written by the example consumer. Deliberately not unique per order: a
+-- duplicate delivery that slipped past the dedupe would show as a second row.
+CREATE TABLE order_notifications (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  order_id uuid NOT NULL,
+  event_id uuid NOT NULL,
+  notified_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Down Migration
+DROP TABLE IF EXISTS order_notifications;
+DROP TABLE IF EXISTS orders;

@@ -1,0 +1,181 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { withTransaction } from '../lib/db/transaction.js';
+import { ValidationError } from '../lib/errors.js';
+import { createOrder } from '../lib/example/orders.js';
+import { enqueueEvent, enqueueEvents } from '../lib/outbox/enqueue.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from '../lib/outbox/limits.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE orders, outbox_events');
+});
+
+async function counts() {
+  const { rows } = await db.pool.query<{ orders: number; events: number }>(
+    `SELECT (SELECT count(*) FROM orders)::int AS orders,
+            (SELECT count(*) FROM outbox_events)::int AS events`,
+  );
+  return rows[0];
+}
+
+const order = { customerId: 'customer-1', totalCents: 4200, currency: 'SEK' };
+
+describe('createOrder: business row and event in one transaction', () => {
+  it('commits the order and its order.created event together', async () => {
+    const { orderId, eventId } = await createOrder(db.pool, order, {
+      headers: { traceparent: '00-abc-def-01' },
+    });
+    const { rows } = await db.pool.query(
+      'SELECT aggregate_type, aggregate_id, event_type, payload, headers, attempts, processed_at FROM outbox_events WHERE id = $1',
+      [eventId],
+    );
+    expect(rows).toEqual([
+      {
+        aggregate_type: 'order',
+        aggregate_id: orderId,
+        event_type: 'order.created',
+        payload: { orderId, ...order },
+        headers: { traceparent: '00-abc-def-01' },
+        attempts: 0,
+        processed_at: null,
+      },
+    ]);
+    expect(await counts()).toEqual({ orders: 1, events: 1 });
+  });
+
+  it('leaves neither row when the transaction fails after the outbox insert', async () => {
+    // If the event were written outside the order's transaction (its own
+    // connection or autocommit), the event row would survive this failure.
+    await expect(
+      createOrder(db.pool, order, {
+        beforeCommit: () => {
+          throw new Error('crash after both inserts');
+        },
+      }),
+    ).rejects.toThrow('crash after both inserts');
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+
+  it('leaves neither row on an explicit rollback', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(
+        `INSERT INTO orders (id, customer_id, total_cents, currency) VALUES (gen_random_uuid(), 'c', 1, 'EUR')`,
+      );
+      await enqueueEvent(client, {
+        aggregateType: 'order',
+        aggregateId: 'x',
+        eventType: 'order.created',
+        payload: {},
+      });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+
+  it('rejects a bad order before touching the database', async () => {
+    await expect(createOrder(db.pool, { ...order, currency: 'kronor' })).rejects.toMatchObject({
+      name: 'ValidationError',
+      field: 'order.currency',
+    });
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+});
+
+describe('enqueueEvents', () => {
+  it('writes many events in one call, in order, returning their ids', async () => {
+    const ids = await withTransaction(db.pool, (client) =>
+      enqueueEvents(
+        client,
+        Array.from({ length: 1500 }, (_, i) => ({
+          aggregateType: 'order',
+          aggregateId: `o-${i % 7}`,
+          eventType: 'order.updated',
+          payload: { i },
+        })),
+      ),
+    );
+    expect(ids).toHaveLength(1500);
+    const { rows } = await db.pool.query<{ id: string; i: number }>(
+      `SELECT id, (payload->>'i')::int AS i FROM outbox_events ORDER BY seq`,
+    );
+    expect(rows.map((r) => r.id)).toEqual(ids);
+    expect(rows.map((r) => r.i)).toEqual(ids.map((_, i) => i));
+  });
+
+  it('keeps a caller-supplied id', async () => {
+    const id = '0b0b1c3e-8f4e-4f63-9a3c-1d2e3f4a5b6c';
+    await expect(
+      enqueueEvent(db.pool, { id, aggregateType: 'a', aggregateId: '1', eventType: 't', payload: 1 }),
+    ).resolves.toBe(id);
+  });
+
+  const valid = { aggregateType: 'order', aggregateId: 'o-1', eventType: 'order.created', payload: {} };
+  const circular: Record<string, unknown> = {};
+  circular.self = circular;
+  const cases: Array<[string, Record<string, unknown>, string, RegExp]> = [
+    ['empty aggregate type', { aggregateType: '' }, 'events[1].aggregateType', /non-empty/],
+    ['blank aggregate id', { aggregateId: '   ' }, 'events[1].aggregateId', /non-empty/],
+    ['missing event type', { eventType: undefined }, 'events[1].eventType', /non-empty/],
+    ['aggregate type too long', { aggregateType: 'a'.repeat(256) }, 'events[1].aggregateType', /at most 255/],
+    ['aggregate id too long', { aggregateId: 'é'.repeat(256) }, 'events[1].aggregateId', /at most 255/],
+    ['event type too long', { eventType: 't'.repeat(129) }, 'events[1].eventType', /at most 128/],
+    ['circular payload', { payload: circular }, 'events[1].payload', /not JSON-serializable/],
+    ['bigint payload', { payload: { n: 1n } }, 'events[1].payload', /not JSON-serializable/],
+    ['undefined payload', { payload: undefined }, 'events[1].payload', /not JSON-serializable/],
+    ['function payload', { payload: () => 1 }, 'events[1].payload', /not JSON-serializable/],
+    ['NUL in payload', { payload: { s: 'a\u0000b' } }, 'events[1].payload', /NUL/],
+    [
+      'oversize payload',
+      { payload: 'x'.repeat(DEFAULT_MAX_PAYLOAD_BYTES) },
+      'events[1].payload',
+      /over the limit/,
+    ],
+    ['non-string header', { headers: { n: 1 } }, 'events[1].headers.n', /must be a string/],
+    ['bad id', { id: 'not-a-uuid' }, 'events[1].id', /UUID/],
+  ];
+  it.each(cases)(
+    '%s → ValidationError naming the field, nothing written',
+    async (_, patch, field, message) => {
+      const error = await enqueueEvents(db.pool, [valid, { ...valid, ...patch }]).catch((e) => e);
+      expect(error).toBeInstanceOf(ValidationError);
+      expect(error.field).toBe(field);
+      expect(error.message).toMatch(message);
+      expect(await counts()).toEqual({ orders: 0, events: 0 });
+    },
+  );
+
+  it('honours a configured payload limit', async () => {
+    const error = await enqueueEvent(
+      db.pool,
+      { ...valid, payload: 'x'.repeat(100) },
+      { maxPayloadBytes: 50 },
+    ).catch((e) => e);
+    expect(error).toMatchObject({ name: 'ValidationError', field: 'events[0].payload' });
+    expect(error.message).toContain('102 bytes serialized, over the limit of 50 bytes');
+  });
+
+  it('rejects the same id twice in one call', async () => {
+    const id = '6f9619ff-8b86-4011-b42d-00c04fc964ff';
+    await expect(
+      enqueueEvents(db.pool, [
+        { ...valid, id },
+        { ...valid, id },
+      ]),
+    ).rejects.toMatchObject({
+      field: 'events[1].id',
+    });
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+});

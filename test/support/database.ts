@@ -1,0 +1,39 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { inject } from 'vitest';
+import { migrate } from '../../lib/db/migrate.js';
+import { dropDatabase, ensureDatabase } from '../../scripts/local/postgres.js';
+
+export interface TestDatabase {
+  url: string;
+  pool: pg.Pool;
+  /** Closes the pool and drops the database. */
+  drop(): Promise<void>;
+}
+
+/** A fresh database name, unique to this test file run. */
+export function testDatabaseName(): string {
+  return `outbox_test_${randomBytes(6).toString('hex')}`;
+}
+
+/**
+ * Creates an empty database of its own for one test file and (unless told not
+ * to) applies the migrations, so test files never see each other's rows.
+ */
+export async function createTestDatabase(
+  options: { migrate?: boolean; poolSize?: number } = {},
+): Promise<TestDatabase> {
+  const adminUrl = inject('adminDatabaseUrl');
+  const name = testDatabaseName();
+  const url = await ensureDatabase(adminUrl, name);
+  if (options.migrate ?? true) await migrate({ databaseUrl: url });
+  const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10 });
+  return {
+    url,
+    pool,
+    drop: async () => {
+      await pool.end();
+      await dropDatabase(adminUrl, name);
+    },
+  };
+}
