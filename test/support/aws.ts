@@ -66,3 +66,37 @@ export async function receiveAll(
   }
   return messages;
 }
+
+/** Receives and deletes (FIFO groups only release their next message once the previous is deleted). */
+export async function drainQueue(
+  sqs: SQSClient,
+  queueUrl: string,
+  count: number,
+  timeoutMs = 30_000,
+): Promise<Message[]> {
+  const { DeleteMessageBatchCommand } = await import('@aws-sdk/client-sqs');
+  const messages: Message[] = [];
+  const deadline = Date.now() + timeoutMs;
+  while (messages.length < count && Date.now() < deadline) {
+    const received = await sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 1,
+        MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['All'],
+      }),
+    );
+    const batch = received.Messages ?? [];
+    messages.push(...batch);
+    if (batch.length > 0) {
+      await sqs.send(
+        new DeleteMessageBatchCommand({
+          QueueUrl: queueUrl,
+          Entries: batch.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
+        }),
+      );
+    }
+  }
+  return messages;
+}

@@ -1,0 +1,77 @@
+import { z } from 'zod';
+import { ConfigError } from '../errors.js';
+import { type RouteConfig, routesSchema } from '../publish/routes.js';
+import type { RelayOptions } from '../relay/options.js';
+import { boolVar, type Env, intVar, jsonVar, numberVar, readVar } from './env.js';
+
+export interface RelayConfig {
+  relay: RelayOptions;
+  routes: RouteConfig[];
+  /** EventBridge `Source` for bus targets that set none. */
+  eventSource: string;
+  /** AWS calls in flight at once. */
+  concurrency: number;
+  /** LISTEN for NOTIFY from the insert trigger instead of only polling. */
+  listen: boolean;
+}
+
+/**
+ * Reads and validates the relay's environment once (at cold start). Throws a
+ * {@link ConfigError} naming the first bad variable.
+ *
+ * - `OUTBOX_ROUTES` (required): JSON array of `{ match, targets }`, e.g.
+ *   `[{"match":"order.*","targets":[{"type":"sqs","queueUrl":"https://..."}]}]`
+ * - `OUTBOX_EVENT_SOURCE` (default `outbox`), `OUTBOX_ORDERING` (`none` | `aggregate`)
+ * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
+ *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
+ *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_LISTEN`
+ */
+export function loadRelayConfig(env: Env = process.env): RelayConfig {
+  const routes = readVar(
+    env,
+    'OUTBOX_ROUTES',
+    jsonVar(routesSchema)
+      .optional()
+      .refine((v) => v !== undefined, 'required: a JSON array of routes'),
+  ) as RouteConfig[];
+  const ordering = readVar(
+    env,
+    'OUTBOX_ORDERING',
+    z.enum(['none', 'aggregate'], { error: 'expected "none" or "aggregate"' }).optional(),
+  );
+  const relay: RelayOptions = {
+    batchSize: readVar(env, 'OUTBOX_BATCH_SIZE', intVar(1, 5000)),
+    workers: readVar(env, 'OUTBOX_WORKERS', intVar(1, 32)),
+    leaseMs: readVar(env, 'OUTBOX_LEASE_MS', intVar(1000, 3_600_000)),
+    maxAttempts: readVar(env, 'OUTBOX_MAX_ATTEMPTS', intVar(1, 1000)),
+    backoff: {
+      baseMs: readVar(env, 'OUTBOX_BACKOFF_BASE_MS', intVar(1, 3_600_000)),
+      factor: readVar(env, 'OUTBOX_BACKOFF_FACTOR', numberVar(1, 10)),
+      maxMs: readVar(env, 'OUTBOX_BACKOFF_MAX_MS', intVar(1, 86_400_000)),
+    },
+    ordering,
+    safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
+    idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
+  };
+  if (ordering === 'aggregate') {
+    const standard = routes
+      .flatMap((r) => r.targets)
+      .filter((t) => t.type === 'sqs' && !t.queueUrl.endsWith('.fifo'));
+    if (standard.length > 0) {
+      // Not fatal: ordering is still kept by the relay, but a standard queue
+      // may deliver out of order. Say so loudly where it is decided.
+      process.emitWarning(
+        `OUTBOX_ORDERING=aggregate with standard (non-FIFO) queues: ${standard.map((t) => (t.type === 'sqs' ? t.queueUrl : '')).join(', ')}; consumers may still see events out of order`,
+      );
+    }
+  }
+  return {
+    relay,
+    routes,
+    eventSource: readVar(env, 'OUTBOX_EVENT_SOURCE', z.string().min(1).max(256).default('outbox')),
+    concurrency: readVar(env, 'OUTBOX_CONCURRENCY', intVar(1, 256)) ?? 8,
+    listen: readVar(env, 'OUTBOX_LISTEN', boolVar) ?? false,
+  };
+}
+
+export { ConfigError };

@@ -1,0 +1,42 @@
+import type { BackoffPolicy } from './backoff.js';
+
+/** Relay settings as a caller gives them; every field has a default. */
+export interface RelayOptions {
+  /** Rows per claim. Default 100. */
+  batchSize?: number;
+  /** Claim-publish-complete loops run side by side in one invocation. Default 2. */
+  workers?: number;
+  /** How long a claim owns its rows. Must exceed the time to publish one batch. Default 60 s. */
+  leaseMs?: number;
+  /** Attempts before a retryable failure becomes a dead letter. Default 20. */
+  maxAttempts?: number;
+  backoff?: Partial<BackoffPolicy>;
+  /** `aggregate`: an event is never published before an earlier one of its aggregate. Default `none`. */
+  ordering?: 'none' | 'aggregate';
+  /** Stop claiming when less than this much invocation time is left. Default 10 s. */
+  safetyMarginMs?: number;
+  /** Wait between polls that found nothing (cut short by NOTIFY when listening). Default 200 ms. */
+  idleWaitMs?: number;
+}
+
+export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff'>> & { backoff: BackoffPolicy };
+
+export const RELAY_DEFAULTS: ResolvedRelayOptions = {
+  batchSize: 100,
+  workers: 2,
+  leaseMs: 60_000,
+  maxAttempts: 20,
+  backoff: { baseMs: 1_000, factor: 2, maxMs: 300_000 },
+  ordering: 'none',
+  safetyMarginMs: 10_000,
+  idleWaitMs: 200,
+};
+
+/** Fills in defaults; the one place where they are decided. */
+export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOptions {
+  const defined = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
+  const backoff = Object.fromEntries(
+    Object.entries(options.backoff ?? {}).filter(([, v]) => v !== undefined),
+  );
+  return { ...RELAY_DEFAULTS, ...defined, backoff: { ...RELAY_DEFAULTS.backoff, ...backoff } };
+}

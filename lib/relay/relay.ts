@@ -1,0 +1,308 @@
+import { randomUUID } from 'node:crypto';
+import type { OutboxEvent } from '../outbox/types.js';
+import type { Publisher, PublishOutcome } from '../publish/types.js';
+import { claimBatch, type Queryable } from '../sql/claim-batch.js';
+import { type Completion, completeBatch } from '../sql/complete-batch.js';
+import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
+import { backoffDelay } from './backoff.js';
+import { sleepSignal, type WorkSignal } from './notifier.js';
+import { noMetrics, type RelayLogger, type RelayMetrics, silentLogger } from './observer.js';
+import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
+
+export interface RelayDeps {
+  /** Runs single statements; a `pg.Pool` (each claim and each outcome commits on its own). */
+  db: Queryable;
+  publisher: Publisher;
+  options?: RelayOptions;
+  logger?: RelayLogger;
+  metrics?: RelayMetrics;
+  /** Wakes idle loops; a timer unless LISTEN/NOTIFY is wired in. */
+  workSignal?: WorkSignal;
+  /** Jitter source for backoff. */
+  random?: () => number;
+}
+
+/** What one claim-publish-complete cycle did. */
+export interface BatchReport {
+  claimed: number;
+  published: number;
+  retried: number;
+  deadLettered: number;
+  /** Outcomes not recorded because the lease had expired and another relay took the rows. */
+  leaseLost: number;
+  durationMs: number;
+  failedByType: Record<string, number>;
+  deadLetteredByType: Record<string, number>;
+}
+
+export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
+  batches: number;
+  durationMs: number;
+  stoppedBecause: 'time' | 'idle' | 'aborted';
+  /** Outbox state when the run ended. */
+  stats?: OutboxStats;
+}
+
+export interface RunOptions {
+  /** Milliseconds left in the invocation (Lambda's `context.getRemainingTimeInMillis`). */
+  remainingMs: () => number;
+  /** Return as soon as a claim finds nothing (benchmarks, tests, the CLI). */
+  stopWhenIdle?: boolean;
+  abortSignal?: AbortSignal;
+  /** Skip the closing outbox stats query. */
+  skipStats?: boolean;
+}
+
+function emptyReport(): BatchReport {
+  return {
+    claimed: 0,
+    published: 0,
+    retried: 0,
+    deadLettered: 0,
+    leaseLost: 0,
+    durationMs: 0,
+    failedByType: {},
+    deadLetteredByType: {},
+  };
+}
+
+function bump(counts: Record<string, number>, key: string, by = 1) {
+  counts[key] = (counts[key] ?? 0) + by;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Drains the outbox: claim a batch under a lease (one short statement),
+ * publish it through the {@link Publisher}, record every event's outcome in
+ * one statement that only the lease holder can apply. No transaction is open
+ * while the publisher talks to AWS.
+ *
+ * @example
+ * const relay = new Relay({ db: pool, publisher: createAwsPublisher({...}) });
+ * const summary = await relay.run({ remainingMs: () => context.getRemainingTimeInMillis() });
+ */
+export class Relay {
+  readonly options: ResolvedRelayOptions;
+  private readonly logger: RelayLogger;
+  private readonly metrics: RelayMetrics;
+  private readonly workSignal: WorkSignal;
+  private readonly random: () => number;
+
+  constructor(private readonly deps: RelayDeps) {
+    this.options = resolveRelayOptions(deps.options);
+    this.logger = deps.logger ?? silentLogger;
+    this.metrics = deps.metrics ?? noMetrics;
+    this.workSignal = deps.workSignal ?? sleepSignal;
+    this.random = deps.random ?? Math.random;
+  }
+
+  /** One claim-publish-complete cycle. */
+  async processBatch(): Promise<BatchReport> {
+    const started = performance.now();
+    const report = emptyReport();
+    const leaseId = randomUUID();
+    const claim = await claimBatch(this.deps.db, {
+      limit: this.options.batchSize,
+      leaseMs: this.options.leaseMs,
+      leaseId,
+      maxAttempts: this.options.maxAttempts,
+      ordered: this.options.ordering === 'aggregate',
+    });
+    for (const dead of claim.exhausted) {
+      report.deadLettered++;
+      bump(report.deadLetteredByType, dead.eventType);
+      this.logger.error('event dead-lettered: its lease expired without an outcome on every attempt', {
+        event_id: dead.id,
+        event_type: dead.eventType,
+        aggregate_id: dead.aggregateId,
+        attempt: dead.attempts,
+      });
+    }
+    report.claimed = claim.events.length;
+    if (claim.events.length === 0) {
+      report.durationMs = performance.now() - started;
+      return report;
+    }
+
+    const outcomes = await this.publish(claim.events);
+    const completions = this.decide(claim.events, outcomes, report);
+    const recorded = await this.complete(leaseId, completions);
+    for (const c of completions) {
+      if (!recorded.has(c.id)) {
+        report.leaseLost++;
+        const event = claim.events.find((e) => e.id === c.id);
+        this.logger.warn('lease lost before the outcome was recorded; another relay owns the event now', {
+          event_id: c.id,
+          event_type: event?.eventType,
+          aggregate_id: event?.aggregateId,
+          attempt: event?.attempts,
+          outcome: c.status,
+        });
+      }
+    }
+    report.durationMs = performance.now() - started;
+    this.logger.debug('batch done', { ...report });
+    return report;
+  }
+
+  private async publish(events: OutboxEvent[]): Promise<Map<string, PublishOutcome>> {
+    let outcomes: PublishOutcome[];
+    try {
+      outcomes = await this.deps.publisher.publish(events);
+    } catch (error) {
+      this.logger.error('publisher threw; the whole batch will be retried', { error: String(error) });
+      outcomes = events.map((e) => ({
+        eventId: e.id,
+        ok: false,
+        retryable: true,
+        error: `publisher threw: ${String(error)}`,
+        delivered: e.deliveredTargets,
+      }));
+    }
+    return new Map(outcomes.map((o) => [o.eventId, o]));
+  }
+
+  private decide(
+    events: OutboxEvent[],
+    outcomes: Map<string, PublishOutcome>,
+    report: BatchReport,
+  ): Completion[] {
+    return events.map((event): Completion => {
+      const outcome: PublishOutcome = outcomes.get(event.id) ?? {
+        eventId: event.id,
+        ok: false,
+        retryable: true,
+        error: 'publisher returned no outcome for this event',
+        delivered: event.deliveredTargets,
+      };
+      if (outcome.ok) {
+        report.published++;
+        return { id: event.id, status: 'published', delivered: outcome.delivered };
+      }
+      bump(report.failedByType, event.eventType);
+      const fields = {
+        event_id: event.id,
+        event_type: event.eventType,
+        aggregate_id: event.aggregateId,
+        attempt: event.attempts,
+        error: outcome.error,
+        code: outcome.code,
+      };
+      if (!outcome.retryable || event.attempts >= this.options.maxAttempts) {
+        const error = outcome.retryable
+          ? `attempt limit (${this.options.maxAttempts}) reached; last error: ${outcome.error}`
+          : outcome.error;
+        report.deadLettered++;
+        bump(report.deadLetteredByType, event.eventType);
+        this.logger.error('event dead-lettered', { ...fields, error });
+        return { id: event.id, status: 'dead', error, delivered: outcome.delivered };
+      }
+      const delayMs = backoffDelay(event.attempts, this.options.backoff, this.random);
+      report.retried++;
+      this.logger.warn('publish failed; will retry', { ...fields, retry_in_ms: delayMs });
+      return { id: event.id, status: 'retry', error: outcome.error, delayMs, delivered: outcome.delivered };
+    });
+  }
+
+  /**
+   * Records outcomes, retrying a couple of times on a database error: the
+   * events are already published, and an unrecorded outcome means duplicates
+   * once the lease expires.
+   */
+  private async complete(leaseId: string, completions: Completion[]): Promise<Set<string>> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await completeBatch(this.deps.db, leaseId, completions);
+      } catch (error) {
+        if (attempt >= 3) throw error;
+        this.logger.warn('recording outcomes failed; retrying', { error: String(error), try: attempt });
+        await sleep(100 * attempt);
+      }
+    }
+  }
+
+  /**
+   * Runs `workers` loops side by side until the invocation's remaining time
+   * falls under the safety margin (or the outbox is empty, with
+   * `stopWhenIdle`), then stops claiming, finishes the batches in hand and
+   * returns a summary. Metrics are recorded once at the end.
+   */
+  async run(run: RunOptions): Promise<RelaySummary> {
+    const started = performance.now();
+    const total = { ...emptyReport(), batches: 0 };
+    const durations: number[] = [];
+    let stoppedBecause: RelaySummary['stoppedBecause'] = 'time';
+    let stop = false;
+    const timeLeft = () => run.remainingMs() - this.options.safetyMarginMs;
+
+    const loop = async () => {
+      while (!stop) {
+        if (run.abortSignal?.aborted) {
+          stoppedBecause = 'aborted';
+          break;
+        }
+        if (timeLeft() <= 0) break;
+        let report: BatchReport;
+        try {
+          report = await this.processBatch();
+        } catch (error) {
+          stop = true; // let the other loops finish their batch, then fail the invocation
+          throw error;
+        }
+        if (report.claimed > 0 || report.deadLettered > 0) {
+          total.batches++;
+          durations.push(report.durationMs);
+          for (const key of ['claimed', 'published', 'retried', 'deadLettered', 'leaseLost'] as const) {
+            total[key] += report[key];
+          }
+          for (const [t, n] of Object.entries(report.failedByType)) bump(total.failedByType, t, n);
+          for (const [t, n] of Object.entries(report.deadLetteredByType))
+            bump(total.deadLetteredByType, t, n);
+        }
+        if (report.claimed === 0) {
+          if (run.stopWhenIdle) {
+            stoppedBecause = 'idle';
+            break;
+          }
+          const wait = Math.min(this.options.idleWaitMs, timeLeft());
+          if (wait > 0) await this.workSignal.wait(wait);
+        }
+      }
+    };
+
+    const results = await Promise.allSettled(Array.from({ length: this.options.workers }, loop));
+    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const summary: RelaySummary = {
+      ...total,
+      durationMs: performance.now() - started,
+      stoppedBecause,
+    };
+    if (!run.skipStats && !failure) summary.stats = await outboxStats(this.deps.db);
+    this.recordMetrics(summary, durations);
+    if (failure) throw failure.reason;
+    return summary;
+  }
+
+  private recordMetrics(summary: RelaySummary, durations: number[]) {
+    const m = this.metrics;
+    m.record('Published', 'Count', summary.published);
+    m.record('Retried', 'Count', summary.retried);
+    m.record('LeaseLost', 'Count', summary.leaseLost);
+    const failed = Object.values(summary.failedByType).reduce((a, b) => a + b, 0);
+    m.record('Failed', 'Count', failed);
+    m.record('DeadLettered', 'Count', summary.deadLettered);
+    for (const [eventType, n] of Object.entries(summary.failedByType)) {
+      m.record('Failed', 'Count', n, { eventType });
+    }
+    for (const [eventType, n] of Object.entries(summary.deadLetteredByType)) {
+      m.record('DeadLettered', 'Count', n, { eventType });
+    }
+    for (const d of durations) m.record('BatchDurationMs', 'Milliseconds', d);
+    if (summary.stats) {
+      m.record('Pending', 'Count', summary.stats.pending);
+      m.record('OldestPendingAgeSeconds', 'Seconds', summary.stats.oldestPendingAgeSeconds);
+      m.record('DeadLetters', 'Count', summary.stats.deadLetters);
+    }
+  }
+}

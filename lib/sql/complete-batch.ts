@@ -1,0 +1,50 @@
+import type { Queryable } from './claim-batch.js';
+
+/** The decided fate of one claimed event. */
+export type Completion =
+  | { id: string; status: 'published'; delivered: string[] }
+  | { id: string; status: 'retry'; error: string; delayMs: number; delivered: string[] }
+  | { id: string; status: 'dead'; error: string; delivered: string[] };
+
+// One set-based statement for the whole batch, whatever the mix of outcomes.
+// The outcomes travel as one jsonb array (jsonb_to_recordset turns it into
+// rows), which keeps the statement text fixed for any batch size.
+// `locked_by = $2` is the lease check: if our lease expired and another relay
+// claimed the row since, the row is theirs and this statement leaves it alone.
+// Times come from the database clock (now()), like the claim's, so relays with
+// skewed clocks agree on leases and backoff.
+const COMPLETE = `
+UPDATE outbox_events e
+SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
+    dead_lettered_at = CASE WHEN o.status = 'dead' THEN now() END,
+    retry_after = CASE WHEN o.status = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' END,
+    last_error = CASE WHEN o.status = 'published' THEN e.last_error ELSE o.error END,
+    delivered_targets = CASE WHEN o.status = 'published' THEN '{}'::text[] ELSE o.delivered END,
+    locked_until = NULL,
+    locked_by = NULL
+FROM jsonb_to_recordset($1::jsonb) AS o(id uuid, status text, error text, delay_ms bigint, delivered text[])
+WHERE e.id = o.id
+  AND e.locked_by = $2::uuid
+RETURNING e.id`;
+
+/**
+ * Records the outcomes of a claimed batch, only for rows still leased to
+ * `leaseId`. Returns the ids it recorded; a missing id means the lease was
+ * lost (expired and taken over), and the other relay now owns the outcome.
+ */
+export async function completeBatch(
+  db: Queryable,
+  leaseId: string,
+  completions: readonly Completion[],
+): Promise<Set<string>> {
+  if (completions.length === 0) return new Set();
+  const payload = completions.map((c) => ({
+    id: c.id,
+    status: c.status,
+    error: c.status === 'published' ? null : c.error,
+    delay_ms: c.status === 'retry' ? Math.round(c.delayMs) : null,
+    delivered: c.delivered,
+  }));
+  const { rows } = await db.query<{ id: string }>(COMPLETE, [JSON.stringify(payload), leaseId]);
+  return new Set(rows.map((r) => r.id));
+}
