@@ -296,9 +296,9 @@ describe('relay → SQS and EventBridge', () => {
       },
     ];
     await insertEvents(db.pool, 1);
-    const { relay } = relayFor(routes, { maxAttempts: 2, backoff: { baseMs: 1, maxMs: 1 } });
+    const { relay } = relayFor(routes, { maxAttempts: 2, backoff: { baseMs: 300, maxMs: 300 } });
     expect(await drain(relay)).toMatchObject({ retried: 1, deadLettered: 0 });
-    await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 310));
     expect(await drain(relay)).toMatchObject({ retried: 0, deadLettered: 1 });
     const [row] = await eventRows(db.pool);
     expect(row?.last_error).toMatch(/^attempt limit \(2\) reached; last error: SQS config error/);
@@ -343,7 +343,7 @@ describe('relay → SQS and EventBridge', () => {
           ],
         },
       ],
-      { backoff: { baseMs: 1, maxMs: 1 } },
+      { backoff: { baseMs: 5000, maxMs: 5000 } },
     );
     const [id] = await insertEvents(db.pool, 1);
     expect(await drain(broken.relay)).toMatchObject({ retried: 1 });

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startLocalAws } from '../../scripts/local/moto.js';
+import { startLocalAws } from '../../scripts/local/aws-emulator.js';
 import { startLocalPostgres } from '../../scripts/local/postgres.js';
 
 declare module 'vitest' {
