@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest';
+import { classifyCallError } from '../../lib/publish/aws-errors.js';
+import { chunkBySize } from '../../lib/publish/batching.js';
+import { RouteTable } from '../../lib/publish/routes.js';
+import { messageGroupId } from '../../lib/publish/sqs-transport.js';
+import { backoffDelay } from '../../lib/relay/backoff.js';
+import { resolveRelayOptions } from '../../lib/relay/options.js';
+
+describe('backoffDelay', () => {
+  const policy = { baseMs: 1000, factor: 2, maxMs: 10_000 };
+  it('grows exponentially with equal jitter and stops at the cap', () => {
+    expect([1, 2, 3, 4, 5, 6].map((a) => backoffDelay(a, policy, () => 0))).toEqual([
+      500, 1000, 2000, 4000, 5000, 5000,
+    ]);
+    expect([1, 2, 3, 4, 5, 6].map((a) => backoffDelay(a, policy, () => 1))).toEqual([
+      1000, 2000, 4000, 8000, 10000, 10000,
+    ]);
+  });
+});
+
+describe('chunkBySize', () => {
+  it('respects both the entry and the byte limit, keeping order', () => {
+    const sizes = [5, 5, 5, 90, 10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1];
+    const chunks = chunkBySize(sizes, (s) => s, 10, 100);
+    expect(chunks).toEqual([[5, 5, 5], [90, 10], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], [1]]);
+    expect(chunks.flat()).toEqual(sizes);
+  });
+});
+
+describe('RouteTable', () => {
+  const table = new RouteTable([
+    { match: 'order.created', targets: [{ type: 'sqs', queueUrl: 'https://q/created' }] },
+    {
+      match: ['order.*', 'invoice.*'],
+      targets: [
+        { type: 'sqs', queueUrl: 'https://q/all' },
+        { type: 'eventbridge', busName: 'bus' },
+      ],
+    },
+  ]);
+  it('first matching route wins; * spans any characters', () => {
+    expect(table.resolve('order.created')).toEqual(['sqs:https://q/created']);
+    expect(table.resolve('order.item.added')).toEqual(['sqs:https://q/all', 'eventbridge:bus']);
+    expect(table.resolve('invoice.sent')).toEqual(['sqs:https://q/all', 'eventbridge:bus']);
+    expect(table.resolve('orders')).toBeUndefined();
+    expect(table.resolve('order')).toBeUndefined();
+  });
+  it('treats regex characters in patterns literally', () => {
+    const literal = new RouteTable([{ match: 'a+b(c)', targets: [{ type: 'eventbridge', busName: 'b' }] }]);
+    expect(literal.resolve('a+b(c)')).toEqual(['eventbridge:b']);
+    expect(literal.resolve('aab(c)')).toBeUndefined();
+  });
+});
+
+describe('classifyCallError', () => {
+  it('sorts AWS failures by whose fault they are', () => {
+    const aws = (name: string, status?: number) =>
+      Object.assign(new Error(name), { name, $metadata: { httpStatusCode: status } });
+    expect(classifyCallError(aws('QueueDoesNotExist', 400))).toMatchObject({
+      kind: 'config',
+      retryable: true,
+    });
+    expect(classifyCallError(aws('AccessDeniedException', 400))).toMatchObject({
+      kind: 'config',
+      retryable: true,
+    });
+    expect(classifyCallError(aws('ThrottlingException', 400))).toMatchObject({
+      kind: 'throttled',
+      retryable: true,
+    });
+    expect(classifyCallError(aws('InternalError', 500))).toMatchObject({ kind: 'server', retryable: true });
+    expect(classifyCallError(aws('BatchRequestTooLong', 400))).toMatchObject({
+      kind: 'invalid-request',
+      retryable: false,
+    });
+    expect(
+      classifyCallError(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })),
+    ).toMatchObject({
+      kind: 'network',
+      retryable: true,
+      code: 'ECONNREFUSED',
+    });
+    expect(classifyCallError(aws('SomethingNew', 400))).toMatchObject({ kind: 'unknown', retryable: true });
+  });
+});
+
+describe('messageGroupId', () => {
+  it('uses the aggregate key, hashed when over 128 characters', () => {
+    expect(messageGroupId({ aggregateType: 'order', aggregateId: '42' })).toBe('order:42');
+    const long = messageGroupId({ aggregateType: 'order', aggregateId: 'x'.repeat(200) });
+    expect(long).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(long.length).toBeLessThanOrEqual(128);
+    expect(messageGroupId({ aggregateType: 'order', aggregateId: 'x'.repeat(200) })).toBe(long);
+  });
+});
+
+describe('resolveRelayOptions', () => {
+  it('fills defaults without letting undefined override them', () => {
+    const resolved = resolveRelayOptions({
+      batchSize: undefined,
+      backoff: { maxMs: 5000, baseMs: undefined },
+    });
+    expect(resolved.batchSize).toBe(100);
+    expect(resolved.backoff).toEqual({ baseMs: 1000, factor: 2, maxMs: 5000 });
+  });
+});

@@ -1,0 +1,73 @@
+import { describe, expect, it } from 'vitest';
+import { loadRelayConfig } from '../../lib/config/relay-config.js';
+import { ConfigError } from '../../lib/errors.js';
+
+const routes = JSON.stringify([{ match: 'order.*', targets: [{ type: 'eventbridge', busName: 'bus' }] }]);
+
+describe('loadRelayConfig', () => {
+  it('applies defaults to a minimal environment', () => {
+    const config = loadRelayConfig({ OUTBOX_ROUTES: routes });
+    expect(config).toEqual({
+      relay: expect.objectContaining({ batchSize: undefined, ordering: undefined }),
+      routes: JSON.parse(routes),
+      eventSource: 'outbox',
+      concurrency: 8,
+      listen: false,
+    });
+  });
+
+  it('reads every knob', () => {
+    const config = loadRelayConfig({
+      OUTBOX_ROUTES: routes,
+      OUTBOX_BATCH_SIZE: '250',
+      OUTBOX_WORKERS: '3',
+      OUTBOX_LEASE_MS: '30000',
+      OUTBOX_MAX_ATTEMPTS: '7',
+      OUTBOX_BACKOFF_BASE_MS: '500',
+      OUTBOX_BACKOFF_FACTOR: '1.5',
+      OUTBOX_BACKOFF_MAX_MS: '60000',
+      OUTBOX_ORDERING: 'aggregate',
+      OUTBOX_SAFETY_MARGIN_MS: '5000',
+      OUTBOX_IDLE_WAIT_MS: '100',
+      OUTBOX_LISTEN: 'true',
+      OUTBOX_CONCURRENCY: '16',
+      OUTBOX_EVENT_SOURCE: 'shop.orders',
+    });
+    expect(config.relay).toEqual({
+      batchSize: 250,
+      workers: 3,
+      leaseMs: 30000,
+      maxAttempts: 7,
+      backoff: { baseMs: 500, factor: 1.5, maxMs: 60000 },
+      ordering: 'aggregate',
+      safetyMarginMs: 5000,
+      idleWaitMs: 100,
+    });
+    expect(config).toMatchObject({ concurrency: 16, listen: true, eventSource: 'shop.orders' });
+  });
+
+  const bad: Array<[string, Record<string, string>, RegExp]> = [
+    ['OUTBOX_ROUTES', {}, /required/],
+    ['OUTBOX_ROUTES', { OUTBOX_ROUTES: '{nope' }, /not valid JSON/],
+    [
+      'OUTBOX_ROUTES',
+      { OUTBOX_ROUTES: '[{"match":"x","targets":[{"type":"sqs","queueUrl":"not a url"}]}]' },
+      /queueUrl/,
+    ],
+    ['OUTBOX_ROUTES', { OUTBOX_ROUTES: '[{"match":"x","targets":[{"type":"kafka"}]}]' }, /type/],
+    ['OUTBOX_BATCH_SIZE', { OUTBOX_ROUTES: routes, OUTBOX_BATCH_SIZE: '0' }, /from 1 to 5000/],
+    ['OUTBOX_ORDERING', { OUTBOX_ROUTES: routes, OUTBOX_ORDERING: 'fifo' }, /"none" or "aggregate"/],
+    ['OUTBOX_LISTEN', { OUTBOX_ROUTES: routes, OUTBOX_LISTEN: 'maybe' }, /true or false/],
+  ];
+  it.each(bad)('%s bad → ConfigError naming it (%#)', (variable, env, message) => {
+    let error: unknown;
+    try {
+      loadRelayConfig(env);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).variable).toBe(variable);
+    expect((error as ConfigError).message).toMatch(message);
+  });
+});
