@@ -8,16 +8,17 @@ import pg from 'pg';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import { listenSignal, sleepSignal } from '../lib/relay/notifier.js';
+import type { Publisher } from '../lib/publish/types.js';
 import { Relay, type RelaySummary } from '../lib/relay/relay.js';
 import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
 
-// Cold start: validate config (a bad variable fails the init with its name),
-// build the AWS clients. The pool is built on first use because reading the
-// database secret is asynchronous; it is then reused by warm invocations.
+// Cold start: validate config (a bad variable fails the init with its name)
+// and build the AWS clients, reused by warm invocations.
 const config = loadRelayConfig();
 const { logger, metrics, metricsSink } = observability('outbox-relay');
-const sdkOptions = { maxAttempts: 2 };
+// Short timeouts: a hung call must fail (and be retried later) well within the lease.
+const sdkOptions = { maxAttempts: 2, requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000 } };
 const sqs = new SQSClient(sdkOptions);
 const eventBridge = new EventBridgeClient(sdkOptions);
 const publisher = createAwsPublisher({
@@ -28,25 +29,40 @@ const publisher = createAwsPublisher({
   concurrency: config.concurrency,
 });
 
-let relay: Promise<Relay> | undefined;
-
-async function buildRelay(): Promise<Relay> {
-  const dbConfig = await databaseConfig();
-  const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
-  pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
-  const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
-  return new Relay({ db: pool, publisher, options: config.relay, logger, metrics: metricsSink, workSignal });
+export interface RelayHandlerOptions {
+  /** Wraps the AWS publisher (local fault injection, extra instrumentation). */
+  wrapPublisher?: (publisher: Publisher) => Publisher;
 }
 
-/** Scheduled every minute; drains until the time budget is nearly spent. */
-export async function relayHandler(_event: unknown, context: Context): Promise<RelaySummary> {
-  relay ??= buildRelay().catch((error) => {
-    relay = undefined; // retry the setup on the next invocation
-    throw error;
-  });
-  const summary = await (await relay).run({ remainingMs: () => context.getRemainingTimeInMillis() });
-  logger.info('relay run finished', { ...summary });
-  return summary;
+/**
+ * Builds the scheduled handler. The pool (and the LISTEN connection, when
+ * enabled) is created on the first invocation, because reading the database
+ * secret is asynchronous, and reused by warm invocations.
+ */
+export function createRelayHandler(options: RelayHandlerOptions = {}) {
+  const wrapped = options.wrapPublisher ? options.wrapPublisher(publisher) : publisher;
+  let relay: Promise<Relay> | undefined;
+
+  async function buildRelay(): Promise<Relay> {
+    const dbConfig = await databaseConfig();
+    const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
+    pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
+    const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
+    return new Relay({ db: pool, publisher: wrapped, options: config.relay, logger, metrics: metricsSink, workSignal });
+  }
+
+  /** Drains until the time budget is nearly spent, then returns a summary. */
+  return async function relayHandler(_event: unknown, context: Context): Promise<RelaySummary> {
+    relay ??= buildRelay().catch((error) => {
+      relay = undefined; // retry the setup on the next invocation
+      throw error;
+    });
+    const summary = await (await relay).run({ remainingMs: () => context.getRemainingTimeInMillis() });
+    logger.info('relay run finished', { ...summary });
+    return summary;
+  };
 }
+
+export const relayHandler = createRelayHandler();
 
 export const handler = middy(relayHandler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
