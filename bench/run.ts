@@ -1,0 +1,301 @@
+/**
+ * `npm run bench`: relay throughput, latency, claim cost and memory, against
+ * the real PostgreSQL and an AWS emulator, compared with the reference
+ * article's relay in the same run. Prints a table, writes bench/results.json.
+ * Sized for a 2-core machine; takes about two to three minutes.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { CreateQueueCommand, PurgeQueueCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import pg from 'pg';
+import { migrate, setNotifyTrigger } from '../lib/db/migrate.js';
+import { withTransaction } from '../lib/db/transaction.js';
+import { enqueueEvent } from '../lib/outbox/enqueue.js';
+import { createAwsPublisher } from '../lib/publish/router.js';
+import type { Publisher } from '../lib/publish/types.js';
+import { listenSignal } from '../lib/relay/notifier.js';
+import { Relay } from '../lib/relay/relay.js';
+import { claimBatch } from '../lib/sql/claim-batch.js';
+import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
+import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
+import { baselineBatch } from './baseline.js';
+
+const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
+const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 20);
+const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 15);
+const RELAY = { batchSize: 500, workers: 4, safetyMarginMs: 0 };
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+const postgres = await startLocalPostgres({ log });
+await dropDatabase(postgres.adminUrl, 'outbox_bench');
+const url = await ensureDatabase(postgres.adminUrl, 'outbox_bench');
+await migrate({ databaseUrl: url });
+const pool = new pg.Pool({ connectionString: url, max: 10 });
+const aws = await startLocalAws({ emulator: (process.env.OUTBOX_EMULATOR as 'moto') ?? 'ministack', log });
+useLocalAwsEnv(aws.endpoint);
+const sqs = new SQSClient({ maxAttempts: 3 });
+const eventBridge = new EventBridgeClient({});
+
+/** Peak resident memory of the relay processes, across all drains. */
+let peakRss = 0;
+
+async function fillBacklog(count: number) {
+  await pool.query('TRUNCATE outbox_events');
+  // ~250-byte payloads, 50 aggregates; one statement per 50k rows.
+  for (let start = 0; start < count; start += 50_000) {
+    await pool.query(
+      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+       SELECT gen_random_uuid(), 'order', 'order-' || (g % 50), 'order.created',
+              jsonb_build_object('orderId', g, 'customerId', 'customer-' || (g % 997),
+                                 'totalCents', g * 7 % 100000, 'currency', 'SEK',
+                                 'note', repeat('x', 150))
+       FROM generate_series($1::int, $2::int) g`,
+      [start, Math.min(count, start + 50_000) - 1],
+    );
+  }
+  await pool.query('VACUUM ANALYZE outbox_events');
+}
+
+/** Drains the backlog with the relay in a child process; returns events/s and API calls. */
+async function relayDrain(
+  publisher: 'null' | 'sqs',
+  count: number,
+  queueUrl = '',
+): Promise<{ eps: number; calls: number }> {
+  await fillBacklog(count);
+  const output = execFileSync(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('./drain-child.ts', import.meta.url))],
+    {
+      env: {
+        ...process.env,
+        DATABASE_URL: url,
+        PUBLISHER: publisher,
+        QUEUE_URL: queueUrl,
+        RELAY: JSON.stringify(RELAY),
+      },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  const result = JSON.parse(output.trim().split('\n').pop() as string);
+  if (result.published !== count) throw new Error(`relay published ${result.published} of ${count}`);
+  peakRss = Math.max(peakRss, result.rss_mb);
+  return { eps: count / result.seconds, calls: result.calls };
+}
+
+/** The article's loop, until the backlog is empty or the time box runs out. */
+async function baselineDrain(
+  publishOne: Parameters<typeof baselineBatch>[1],
+  count: number,
+): Promise<number> {
+  await fillBacklog(count);
+  const started = performance.now();
+  const deadline = started + BASELINE_SECONDS * 1000;
+  let done = 0;
+  while (performance.now() < deadline) {
+    const n = await baselineBatch(pool, publishOne, 100);
+    if (n === 0) break;
+    done += n;
+  }
+  return done / ((performance.now() - started) / 1000);
+}
+
+// --- drain_null -------------------------------------------------------------
+log(`drain_null: ${BACKLOG} events through a null publisher`);
+const drainNullRelay = (await relayDrain('null', BACKLOG)).eps;
+const drainNullBaseline = await baselineDrain(async () => {}, BACKLOG);
+
+// --- drain_sqs --------------------------------------------------------------
+log(`drain_sqs: ${BACKLOG} events to the emulator's SQS queue (${aws.source})`);
+const { QueueUrl: queueUrl } = await sqs.send(
+  new CreateQueueCommand({ QueueName: `bench-${randomUUID().slice(0, 8)}` }),
+);
+const relaySqs = await relayDrain('sqs', BACKLOG, queueUrl as string);
+const drainSqsRelay = relaySqs.eps;
+const relayCallsPer1000 = (relaySqs.calls / BACKLOG) * 1000;
+await sqs.send(new PurgeQueueCommand({ QueueUrl: queueUrl }));
+let baselineCalls = 0;
+const drainSqsBaseline = await baselineDrain(async (row) => {
+  baselineCalls++;
+  await sqs.send(
+    new SendMessageCommand({
+      QueueUrl: queueUrl,
+      MessageBody: JSON.stringify({
+        id: row.id,
+        type: row.event_type,
+        aggregateId: row.aggregate_id,
+        payload: row.payload,
+      }),
+    }),
+  );
+}, BACKLOG);
+
+// --- latency at a steady 200 events/s ---------------------------------------
+log(`latency: 200 events/s for ${LATENCY_SECONDS}s, relay loop running (LISTEN/NOTIFY on)`);
+await pool.query('TRUNCATE outbox_events');
+await setNotifyTrigger(pool, true);
+const committedAt = new Map<string, number>();
+const latencies: number[] = [];
+const sqsPublisher = createAwsPublisher({
+  routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl: queueUrl as string }] }],
+  sqs,
+  eventBridge,
+  source: 'outbox',
+  concurrency: 8,
+});
+const timing: Publisher = {
+  async publish(events) {
+    const outcomes = await sqsPublisher.publish(events);
+    const now = performance.now();
+    for (const o of outcomes) {
+      const t = committedAt.get(o.eventId);
+      if (o.ok && t !== undefined) latencies.push(Math.max(0, now - t));
+    }
+    return outcomes;
+  },
+};
+const signal = await listenSignal({ connectionString: url });
+const liveRelay = new Relay({
+  db: pool,
+  publisher: timing,
+  options: { batchSize: 100, workers: 2, safetyMarginMs: 0, idleWaitMs: 1000 },
+  workSignal: signal,
+});
+const stopAt = performance.now() + LATENCY_SECONDS * 1000 + 2000;
+const relayRun = liveRelay.run({ remainingMs: () => stopAt - performance.now(), skipStats: true });
+const rate = 200;
+const produceStart = performance.now();
+let produced = 0;
+while (performance.now() - produceStart < LATENCY_SECONDS * 1000) {
+  const due = Math.floor(((performance.now() - produceStart) / 1000) * rate);
+  while (produced < due) {
+    produced++;
+    const id = randomUUID();
+    await withTransaction(pool, (client) =>
+      enqueueEvent(client, {
+        id,
+        aggregateType: 'order',
+        aggregateId: `o-${produced}`,
+        eventType: 'order.created',
+        payload: { n: produced },
+      }),
+    );
+    committedAt.set(id, performance.now());
+  }
+  await new Promise((resolve) => setTimeout(resolve, 2));
+}
+await relayRun;
+await signal.close();
+await setNotifyTrigger(pool, false);
+latencies.sort((a, b) => a - b);
+const pct = (p: number) =>
+  latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? NaN;
+
+// --- claim cost vs history --------------------------------------------------
+log('claim_ms: empty table vs 1,000,000 processed rows');
+async function claimMs(): Promise<number> {
+  const times: number[] = [];
+  const client = await pool.connect();
+  try {
+    for (let i = 0; i < 200; i++) {
+      await client.query('BEGIN');
+      const started = performance.now();
+      await claimBatch(client, {
+        limit: 100,
+        leaseMs: 60_000,
+        leaseId: randomUUID(),
+        maxAttempts: 20,
+        ordered: false,
+      });
+      times.push(performance.now() - started);
+      await client.query('ROLLBACK'); // leave the table as it was
+    }
+  } finally {
+    client.release();
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)] as number;
+}
+await pool.query('TRUNCATE outbox_events');
+await fillBacklog(1000); // 1,000 pending rows to claim from, in both cases
+const claimEmpty = await claimMs();
+await pool.query(
+  `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, attempts, processed_at)
+   SELECT gen_random_uuid(), 'order', 'order-' || (g % 5000), 'order.created', '{"n":1}', 1, now() - interval '1 hour'
+   FROM generate_series(1, 1000000) g`,
+);
+await pool.query('VACUUM ANALYZE outbox_events');
+const claimMillion = await claimMs();
+
+const results = {
+  machine: {
+    cpus: os.cpus().length,
+    cpu_model: os.cpus()[0]?.model,
+    memory_gb: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    postgres: (await pool.query('SHOW server_version')).rows[0].server_version,
+    emulator: aws.source,
+    date: new Date().toISOString(),
+  },
+  config: {
+    backlog: BACKLOG,
+    relay: RELAY,
+    sqs_concurrency: 16,
+    baseline_batch: 100,
+    baseline_time_box_s: BASELINE_SECONDS,
+  },
+  drain_null: {
+    relay_eps: Math.round(drainNullRelay),
+    baseline_eps: Math.round(drainNullBaseline),
+    ratio: +(drainNullRelay / drainNullBaseline).toFixed(2),
+  },
+  drain_sqs: {
+    relay_eps: Math.round(drainSqsRelay),
+    baseline_eps: Math.round(drainSqsBaseline),
+    ratio: +(drainSqsRelay / drainSqsBaseline).toFixed(2),
+    api_calls_per_1000: +relayCallsPer1000.toFixed(1),
+    baseline_api_calls_per_1000: baselineCalls > 0 ? 1000 : 0,
+  },
+  latency_ms: { p50: +pct(50).toFixed(1), p99: +pct(99).toFixed(1), samples: latencies.length },
+  claim_ms: {
+    empty: +claimEmpty.toFixed(3),
+    million_processed: +claimMillion.toFixed(3),
+    ratio: +(claimMillion / claimEmpty).toFixed(2),
+  },
+  rss_mb: Math.round(peakRss),
+};
+
+const targets: Array<[string, number, string, number]> = [
+  ['drain_null.relay_eps', results.drain_null.relay_eps, '>=', 20_000],
+  ['drain_null.ratio', results.drain_null.ratio, '>=', 5],
+  ['drain_sqs.ratio', results.drain_sqs.ratio, '>=', 8],
+  ['latency_ms.p50', results.latency_ms.p50, '<=', 50],
+  ['latency_ms.p99', results.latency_ms.p99, '<=', 250],
+  ['claim_ms.ratio', results.claim_ms.ratio, '<=', 2],
+  ['rss_mb', results.rss_mb, '<=', 200],
+];
+console.log('\n| metric | value | target | met |\n|---|---:|---|---|');
+const extra: Array<[string, number]> = [
+  ['drain_null.baseline_eps', results.drain_null.baseline_eps],
+  ['drain_sqs.relay_eps', results.drain_sqs.relay_eps],
+  ['drain_sqs.baseline_eps', results.drain_sqs.baseline_eps],
+  ['drain_sqs.api_calls_per_1000', results.drain_sqs.api_calls_per_1000],
+  ['claim_ms.empty', results.claim_ms.empty],
+  ['claim_ms.million_processed', results.claim_ms.million_processed],
+];
+for (const [name, value, op, target] of targets) {
+  const met = op === '>=' ? value >= target : value <= target;
+  console.log(`| ${name} | ${value} | ${op} ${target} | ${met ? 'yes' : 'NO'} |`);
+}
+for (const [name, value] of extra) console.log(`| ${name} | ${value} | | |`);
+fs.writeFileSync(new URL('./results.json', import.meta.url), `${JSON.stringify(results, null, 2)}\n`);
+log('\nwrote bench/results.json');
+
+await pool.end();
+await aws.stop();
+await postgres.stop();
