@@ -7,8 +7,8 @@ import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
-import { listenSignal, sleepSignal } from '../lib/relay/notifier.js';
 import type { Publisher } from '../lib/publish/types.js';
+import { listenSignal, sleepSignal } from '../lib/relay/notifier.js';
 import { Relay, type RelaySummary } from '../lib/relay/relay.js';
 import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
@@ -48,7 +48,14 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
     pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
     const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
-    return new Relay({ db: pool, publisher: wrapped, options: config.relay, logger, metrics: metricsSink, workSignal });
+    return new Relay({
+      db: pool,
+      publisher: wrapped,
+      options: config.relay,
+      logger,
+      metrics: metricsSink,
+      workSignal,
+    });
   }
 
   /** Drains until the time budget is nearly spent, then returns a summary. */

@@ -1,0 +1,88 @@
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
+import pg from 'pg';
+import { ValidationError } from '../lib/errors.js';
+import { parseRedriveInput, type RedriveResult, redrive } from '../lib/operations/redrive.js';
+import { databaseConfig } from './shared/database.js';
+import { observability } from './shared/observability.js';
+
+const { logger, metrics } = observability('outbox-redrive');
+
+/** Ids logged with the audit line; more would not fit one CloudWatch event (256 KB). */
+const MAX_LOGGED_IDS = 1000;
+
+let pool: Promise<pg.Pool> | undefined;
+
+async function buildPool(): Promise<pg.Pool> {
+  const created = new pg.Pool({ ...(await databaseConfig()), max: 1 });
+  created.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
+  return created;
+}
+
+/**
+ * Who asked, as far as Lambda can tell. A direct `lambda:Invoke` carries no
+ * IAM principal in the context (CloudTrail records it), so the payload's
+ * `requestedBy` is the operator's own statement; Cognito identity and client
+ * context are present when the caller sent them (mobile SDKs,
+ * `aws lambda invoke --client-context`).
+ */
+function caller(event: unknown, context: Context) {
+  // Read from the raw payload, so a refused request is attributed too (capped: it is not validated yet).
+  const requestedBy =
+    event && typeof event === 'object' && 'requestedBy' in event
+      ? String(event.requestedBy).slice(0, 256)
+      : undefined;
+  return {
+    requested_by: requestedBy ?? '(not given)',
+    invoked_function_arn: context.invokedFunctionArn,
+    cognito_identity: context.identity ?? null,
+    client_context: context.clientContext ?? null,
+  };
+}
+
+/**
+ * Operator-invoked: the payload is the redrive request, e.g.
+ * `{"eventType":"order.created","dryRun":true}`. Returns `{ dryRun, matched,
+ * reset, ids }`. A bad request fails the invocation with the
+ * `ValidationError` (errorType `ValidationError`, errorMessage naming the
+ * field) and changes nothing.
+ */
+export async function redriveHandler(event: unknown, context: Context): Promise<RedriveResult> {
+  const who = caller(event, context);
+  let request: ReturnType<typeof parseRedriveInput>;
+  try {
+    request = parseRedriveInput(event);
+  } catch (error) {
+    if (error instanceof ValidationError) {
+      // The caller's mistake, not the function's: warn, and fail the invocation
+      // so `serverless invoke` / `aws lambda invoke` show the reason.
+      logger.warn('redrive refused: invalid request', { ...who, field: error.field, error: error.message });
+      metrics.addMetric('RedriveRefused', MetricUnit.Count, 1);
+    }
+    throw error;
+  }
+  const { requestedBy: _, ...filter } = request;
+  logger.info('redrive requested', { ...who, request: filter });
+
+  pool ??= buildPool().catch((error) => {
+    pool = undefined; // retry the setup on the next invocation
+    throw error;
+  });
+  const result = await redrive(await pool, request);
+
+  metrics.addMetric('Redriven', MetricUnit.Count, result.reset);
+  logger.info(result.dryRun ? 'redrive dry run' : 'dead letters redriven', {
+    ...who,
+    dry_run: result.dryRun,
+    matched: result.matched,
+    reset: result.reset,
+    ids: result.ids.slice(0, MAX_LOGGED_IDS),
+    ids_truncated: result.ids.length > MAX_LOGGED_IDS,
+  });
+  return result;
+}
+
+export const handler = middy(redriveHandler).use(injectLambdaContext(logger)).use(logMetrics(metrics));

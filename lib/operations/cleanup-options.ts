@@ -1,0 +1,32 @@
+/** Cleanup settings as a caller gives them; every field has a default. */
+export interface CleanupOptions {
+  /** Days a published outbox row is kept. Default 7. */
+  outboxRetentionDays?: number;
+  /**
+   * Days a consumer dedupe row is kept. Default 30: longer than SQS can hold
+   * a message (14 days), so a late redelivery is still recognised.
+   */
+  processedEventsRetentionDays?: number;
+  /** Days a dead letter is kept; `null` (the default) keeps dead letters until redriven. */
+  deadLetterRetentionDays?: number | null;
+  /** Rows per DELETE statement. Default 5,000. */
+  batchSize?: number;
+  /** Stop starting batches when less than this much invocation time is left. Default 10 s. */
+  safetyMarginMs?: number;
+}
+
+export type ResolvedCleanupOptions = Required<CleanupOptions>;
+
+export const CLEANUP_DEFAULTS: ResolvedCleanupOptions = {
+  outboxRetentionDays: 7,
+  processedEventsRetentionDays: 30,
+  deadLetterRetentionDays: null,
+  batchSize: 5_000,
+  safetyMarginMs: 10_000,
+};
+
+/** Fills in defaults; the one place where they are decided. */
+export function resolveCleanupOptions(options: CleanupOptions = {}): ResolvedCleanupOptions {
+  const defined = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
+  return { ...CLEANUP_DEFAULTS, ...defined };
+}

@@ -1,0 +1,145 @@
+import { noMetrics, type RelayLogger, type RelayMetrics, silentLogger } from '../relay/observer.js';
+import type { Queryable } from '../sql/claim-batch.js';
+import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
+import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';
+import { deleteProcessedEvents } from '../sql/cleanup-processed-events.js';
+import {
+  type CleanupOptions,
+  type ResolvedCleanupOptions,
+  resolveCleanupOptions,
+} from './cleanup-options.js';
+
+export { type CleanupOptions, resolveCleanupOptions } from './cleanup-options.js';
+
+export interface CleanupDeps {
+  /** Runs single statements; a `pg.Pool` (each batch commits on its own). */
+  db: Queryable;
+  options?: CleanupOptions;
+  logger?: RelayLogger;
+  metrics?: RelayMetrics;
+}
+
+export interface CleanupRunOptions {
+  /** Milliseconds left in the invocation (Lambda's `context.getRemainingTimeInMillis`). */
+  remainingMs: () => number;
+  /** Pins "now" for the retention cutoffs (tests); the database clock otherwise. */
+  now?: Date;
+}
+
+/** What cleanup did to one kind of row. */
+export interface CleanupTableReport {
+  /** Rows older than this were deleted. */
+  cutoff: Date;
+  deleted: number;
+  /** DELETE statements run (each one bounded by the batch size, each its own transaction). */
+  statements: number;
+  /** True when no row older than the cutoff is left. */
+  finished: boolean;
+}
+
+export interface CleanupReport {
+  /** Every table done; false when the time budget ran out first. */
+  finished: boolean;
+  stoppedBecause: 'done' | 'time';
+  batchSize: number;
+  /** Published outbox rows. */
+  outboxEvents: CleanupTableReport;
+  /** Consumer dedupe rows. */
+  processedEvents: CleanupTableReport;
+  /** Dead letters; null when they are kept (no retention configured). */
+  deadLetters: CleanupTableReport | null;
+  durationMs: number;
+}
+
+type DeleteBatch = (db: Queryable, cutoff: Date, limit: number) => Promise<number>;
+
+/**
+ * Deletes what retention no longer needs: published outbox rows, consumer
+ * dedupe rows and (only when a retention is configured) dead letters, each in
+ * bounded batches of short transactions, oldest first. Pending rows are never
+ * touched. Before each batch it checks the time left and stops, unfinished,
+ * once it falls under the safety margin; the next run continues where this
+ * one stopped.
+ *
+ * @example
+ * const report = await runCleanup(
+ *   { db: pool, options: { outboxRetentionDays: 7 } },
+ *   { remainingMs: () => context.getRemainingTimeInMillis() },
+ * );
+ * // → { finished: true, outboxEvents: { deleted: 80000, statements: 17, ... }, ... }
+ */
+export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Promise<CleanupReport> {
+  const started = performance.now();
+  const options: ResolvedCleanupOptions = resolveCleanupOptions(deps.options);
+  const logger = deps.logger ?? silentLogger;
+  const metrics = deps.metrics ?? noMetrics;
+  const cutoffs = await cleanupCutoffs(
+    deps.db,
+    {
+      outboxEventsDays: options.outboxRetentionDays,
+      processedEventsDays: options.processedEventsRetentionDays,
+      deadLettersDays: options.deadLetterRetentionDays,
+    },
+    run.now,
+  );
+  const table = (cutoff: Date): CleanupTableReport => ({
+    cutoff,
+    deleted: 0,
+    statements: 0,
+    finished: false,
+  });
+  const report: CleanupReport = {
+    finished: false,
+    stoppedBecause: 'done',
+    batchSize: options.batchSize,
+    outboxEvents: table(cutoffs.outboxEvents),
+    processedEvents: table(cutoffs.processedEvents),
+    deadLetters: cutoffs.deadLetters ? table(cutoffs.deadLetters) : null,
+    durationMs: 0,
+  };
+  const tasks: Array<[string, CleanupTableReport | null, DeleteBatch]> = [
+    ['outbox_events', report.outboxEvents, deleteProcessedOutboxEvents],
+    ['processed_events', report.processedEvents, deleteProcessedEvents],
+    ['dead letters', report.deadLetters, deleteDeadLetters],
+  ];
+
+  const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
+  for (const [name, task, deleteBatch] of tasks) {
+    if (!task) continue;
+    while (!task.finished && timeLeft()) {
+      const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize);
+      task.statements++;
+      task.deleted += deleted;
+      // A short batch means nothing older than the cutoff is left (or what is
+      // left is locked by an overlapping cleanup, which will delete it).
+      task.finished = deleted < options.batchSize;
+      logger.debug('cleanup batch', { table: name, deleted, statement: task.statements });
+    }
+    if (!task.finished) {
+      report.stoppedBecause = 'time';
+      break;
+    }
+  }
+
+  report.finished = report.stoppedBecause === 'done';
+  report.durationMs = performance.now() - started;
+  metrics.record('OutboxEventsDeleted', 'Count', report.outboxEvents.deleted);
+  metrics.record('ProcessedEventsDeleted', 'Count', report.processedEvents.deleted);
+  metrics.record('DeadLettersDeleted', 'Count', report.deadLetters?.deleted ?? 0);
+  metrics.record('CleanupUnfinished', 'Count', report.finished ? 0 : 1);
+  metrics.record('CleanupDurationMs', 'Milliseconds', report.durationMs);
+  const counts = {
+    outbox_events_deleted: report.outboxEvents.deleted,
+    processed_events_deleted: report.processedEvents.deleted,
+    dead_letters_deleted: report.deadLetters?.deleted ?? 'kept',
+    statements:
+      report.outboxEvents.statements +
+      report.processedEvents.statements +
+      (report.deadLetters?.statements ?? 0),
+    finished: report.finished,
+    duration_ms: Math.round(report.durationMs),
+  };
+  if (report.finished) logger.info('cleanup finished', counts);
+  else logger.warn('cleanup stopped early: time budget nearly spent; the next run continues', counts);
+  return report;
+}

@@ -1,0 +1,48 @@
+import type { Queryable } from './claim-batch.js';
+
+// Why they are shaped this way:
+// - One bounded statement per call, committed on its own: each batch holds
+//   its row locks and WAL for a moment only, replicas and vacuum keep up, and
+//   a run can stop between any two batches.
+// - The inner SELECT walks a partial index (outbox_events_processed_at or
+//   outbox_events_dead_lettered_at) oldest first and stops after LIMIT rows;
+//   the DELETE then finds each row by primary key.
+// - SKIP LOCKED: two overlapping cleanups split the work instead of queueing,
+//   and a dead letter locked by a redrive in progress is left alone (once the
+//   redrive commits it is no dead letter any more).
+// - processed_at and dead_lettered_at are never both set (the relay sets one
+//   or the other), so deleting by processed_at cannot touch a dead letter, and
+//   pending rows (both NULL) never match either statement.
+const DELETE_PROCESSED = `
+DELETE FROM outbox_events
+WHERE id IN (
+  SELECT id FROM outbox_events
+  WHERE processed_at < $1::timestamptz
+  ORDER BY processed_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)`;
+
+const DELETE_DEAD_LETTERS = `
+DELETE FROM outbox_events
+WHERE id IN (
+  SELECT id FROM outbox_events
+  WHERE dead_lettered_at < $1::timestamptz
+  ORDER BY dead_lettered_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)`;
+
+/** Deletes at most `limit` outbox rows published before `cutoff`; returns how many. */
+export async function deleteProcessedOutboxEvents(
+  db: Queryable,
+  cutoff: Date,
+  limit: number,
+): Promise<number> {
+  const result = await db.query(DELETE_PROCESSED, [cutoff, limit]);
+  return result.rowCount ?? 0;
+}
+
+/** Deletes at most `limit` dead letters dead-lettered before `cutoff`; returns how many. */
+export async function deleteDeadLetters(db: Queryable, cutoff: Date, limit: number): Promise<number> {
+  const result = await db.query(DELETE_DEAD_LETTERS, [cutoff, limit]);
+  return result.rowCount ?? 0;
+}

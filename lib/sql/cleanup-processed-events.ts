@@ -1,0 +1,22 @@
+import type { Queryable } from './claim-batch.js';
+
+// Same shape as the outbox cleanup (see cleanup-outbox-events.ts): one bounded,
+// self-committing statement per batch, oldest first through
+// processed_events_processed_at, rows found again by primary key.
+// A dedupe row only protects against redelivery while the message can still
+// arrive, so the retention must outlast the queue's (SQS keeps a message at
+// most 14 days): the default is 30, and the config warns below 14.
+const DELETE_PROCESSED_EVENTS = `
+DELETE FROM processed_events
+WHERE (consumer, event_id) IN (
+  SELECT consumer, event_id FROM processed_events
+  WHERE processed_at < $1::timestamptz
+  ORDER BY processed_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)`;
+
+/** Deletes at most `limit` dedupe rows recorded before `cutoff`; returns how many. */
+export async function deleteProcessedEvents(db: Queryable, cutoff: Date, limit: number): Promise<number> {
+  const result = await db.query(DELETE_PROCESSED_EVENTS, [cutoff, limit]);
+  return result.rowCount ?? 0;
+}

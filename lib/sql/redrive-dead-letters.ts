@@ -1,0 +1,114 @@
+import type { Queryable } from './claim-batch.js';
+
+/** Which dead letters an operator asked for; every field narrows, absent fields do not. */
+export interface DeadLetterFilter {
+  ids?: readonly string[] | undefined;
+  eventType?: string | undefined;
+  aggregateType?: string | undefined;
+  aggregateId?: string | undefined;
+  /** Inclusive lower bound on `dead_lettered_at`. */
+  deadLetteredAfter?: Date | undefined;
+  /** Exclusive upper bound on `dead_lettered_at`. */
+  deadLetteredBefore?: Date | undefined;
+}
+
+// Why it is shaped this way:
+// - One fixed statement text for any combination of filters: an absent filter
+//   is a NULL parameter and `$n IS NULL OR ...` drops out. node-postgres sends
+//   unnamed statements, which PostgreSQL plans with the actual values, so the
+//   NULL branches fold away and the planner sees only the real conditions.
+// - `dead_lettered_at IS NOT NULL` comes first and matches the partial index
+//   outbox_events_dead_lettered_at, so a redrive never walks processed history.
+// - The window is half-open [after, before): two adjacent windows never both
+//   match a row.
+const WHERE = `
+  dead_lettered_at IS NOT NULL
+  AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+  AND ($2::text IS NULL OR event_type = $2::text)
+  AND ($3::text IS NULL OR aggregate_type = $3::text)
+  AND ($4::text IS NULL OR aggregate_id = $4::text)
+  AND ($5::timestamptz IS NULL OR dead_lettered_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR dead_lettered_at < $6::timestamptz)`;
+
+function filterValues(filter: DeadLetterFilter): unknown[] {
+  return [
+    filter.ids && filter.ids.length > 0 ? filter.ids : null,
+    filter.eventType ?? null,
+    filter.aggregateType ?? null,
+    filter.aggregateId ?? null,
+    filter.deadLetteredAfter ?? null,
+    filter.deadLetteredBefore ?? null,
+  ];
+}
+
+const COUNT = `SELECT count(*)::int AS n FROM outbox_events WHERE ${WHERE}`;
+
+// Oldest first (seq order), so repeated redrives with a limit work through the
+// dead letters in the order the events were written, and an aggregate's
+// earlier event is never left behind while a later one is retried.
+// FOR UPDATE (not SKIP LOCKED): a concurrent redrive of the same rows waits
+// for ours, then re-checks `dead_lettered_at IS NOT NULL` on the new row
+// version and drops the rows we already reset, so no row is reset twice.
+const SELECT_FOR_UPDATE = `
+SELECT id FROM outbox_events WHERE ${WHERE}
+ORDER BY seq
+LIMIT $7
+FOR UPDATE`;
+
+// The dry run takes no row locks: it must not block anyone.
+const SELECT = `
+SELECT id FROM outbox_events WHERE ${WHERE}
+ORDER BY seq
+LIMIT $7`;
+
+// Back to pending, as if never tried: the claim's partial index picks the row
+// up again. Kept on purpose:
+// - delivered_targets, so targets that already accepted the event are not
+//   sent it again;
+// - last_error, as the record of why it was dead-lettered (the relay
+//   overwrites it if the retry fails too; redrive_count and redriven_at say
+//   that it was redriven).
+// `dead_lettered_at IS NOT NULL` again, so the statement is safe on its own
+// (it only ever resets dead letters) even without the preceding lock.
+const RESET = `
+UPDATE outbox_events
+SET attempts = 0,
+    retry_after = NULL,
+    locked_until = NULL,
+    locked_by = NULL,
+    dead_lettered_at = NULL,
+    redrive_count = redrive_count + 1,
+    redriven_at = now()
+WHERE id = ANY($1::uuid[])
+  AND dead_lettered_at IS NOT NULL
+RETURNING id`;
+
+/** Counts every dead letter matching `filter` (no limit). */
+export async function countDeadLetters(db: Queryable, filter: DeadLetterFilter): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(COUNT, filterValues(filter));
+  return rows[0]?.n ?? 0;
+}
+
+/**
+ * Ids of the first `limit` dead letters (by seq) matching `filter`. With
+ * `lock`, the rows stay locked until the caller's transaction ends.
+ */
+export async function selectDeadLetters(
+  db: Queryable,
+  filter: DeadLetterFilter,
+  limit: number,
+  options: { lock: boolean },
+): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>(options.lock ? SELECT_FOR_UPDATE : SELECT, [
+    ...filterValues(filter),
+    limit,
+  ]);
+  return rows.map((r) => r.id);
+}
+
+/** Resets the given dead letters to pending; returns the ids it reset. */
+export async function resetDeadLetters(db: Queryable, ids: readonly string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const { rows } = await db.query<{ id: string }>(RESET, [ids]);
+  return new Set(rows.map((r) => r.id));
+}

@@ -1,0 +1,107 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { lambdaContext } from './support/events.js';
+
+let db: TestDatabase;
+const saved = { ...process.env };
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  process.env = saved;
+  await db?.drop();
+});
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+/** Imports the handler module fresh, as a Lambda cold start would, with `env`. */
+async function coldStart(env: Record<string, string>) {
+  vi.resetModules();
+  process.env = {
+    ...saved,
+    DATABASE_URL: db.url,
+    POWERTOOLS_LOG_LEVEL: 'INFO',
+    POWERTOOLS_SERVICE_NAME: 'outbox-cleanup',
+    POWERTOOLS_METRICS_NAMESPACE: 'Outbox',
+    ...env,
+  };
+  delete process.env.DATABASE_SECRET_ARN;
+  delete process.env.POWERTOOLS_METRICS_DISABLED;
+  return import('../functions/cleanup.js');
+}
+
+/** Log lines and EMF metric blobs, one JSON object per line on stdout/stderr. */
+function captureOutput() {
+  const lines: Array<Record<string, unknown>> = [];
+  const collect = (chunk: string | Uint8Array) => {
+    for (const line of String(chunk).split('\n')) {
+      if (line.startsWith('{')) lines.push(JSON.parse(line));
+    }
+    return true;
+  };
+  vi.spyOn(process.stdout, 'write').mockImplementation(collect);
+  vi.spyOn(process.stderr, 'write').mockImplementation(collect);
+  return lines;
+}
+
+describe('functions/cleanup handler', () => {
+  it('deletes by the configured retention, logs the counts and emits them as metrics', async () => {
+    await db.pool.query(
+      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, processed_at, dead_lettered_at)
+       SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.created', '{}',
+              CASE WHEN g <= 1200 THEN now() - interval '3 days' END,
+              CASE WHEN g > 1200 AND g <= 1210 THEN now() - interval '3 days' END
+       FROM generate_series(1, 1300) g`,
+    );
+    await db.pool.query(
+      `INSERT INTO processed_events (consumer, event_id, processed_at)
+       SELECT 'orders', gen_random_uuid(), now() - interval '20 days' FROM generate_series(1, 700)`,
+    );
+    const { handler } = await coldStart({
+      OUTBOX_RETENTION_DAYS: '2',
+      PROCESSED_EVENTS_RETENTION_DAYS: '15',
+      CLEANUP_BATCH_SIZE: '500',
+    });
+    const output = captureOutput();
+    const report = await handler({}, lambdaContext(60_000, 'outbox-cleanup') as never);
+    vi.restoreAllMocks();
+
+    expect(report).toMatchObject({
+      finished: true,
+      outboxEvents: { deleted: 1200, statements: 3 },
+      processedEvents: { deleted: 700, statements: 2 },
+      deadLetters: null,
+    });
+    const { rows } = await db.pool.query(
+      `SELECT count(*) FILTER (WHERE dead_lettered_at IS NOT NULL)::int AS dead,
+              count(*) FILTER (WHERE processed_at IS NULL AND dead_lettered_at IS NULL)::int AS pending
+       FROM outbox_events`,
+    );
+    expect(rows[0]).toEqual({ dead: 10, pending: 90 });
+
+    expect(output.find((l) => l.message === 'cleanup finished')).toMatchObject({
+      service: 'outbox-cleanup',
+      function_name: 'outbox-cleanup',
+      outbox_events_deleted: 1200,
+      processed_events_deleted: 700,
+      finished: true,
+    });
+    const emf = output.find((l) => l._aws !== undefined);
+    expect(emf).toMatchObject({
+      service: 'outbox-cleanup',
+      OutboxEventsDeleted: 1200,
+      ProcessedEventsDeleted: 700,
+      DeadLettersDeleted: 0,
+      CleanupUnfinished: 0,
+    });
+  });
+
+  it('a bad variable fails the cold start with its name', async () => {
+    await expect(coldStart({ PROCESSED_EVENTS_RETENTION_DAYS: '30d' })).rejects.toMatchObject({
+      name: 'ConfigError',
+      variable: 'PROCESSED_EVENTS_RETENTION_DAYS',
+    });
+  });
+});

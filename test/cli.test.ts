@@ -1,0 +1,213 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { freePort } from '../scripts/local/free-port.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { insertEvents } from './support/events.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `npx tsx scripts/outbox.ts ...args` as a child process, as an operator would run it. */
+function outbox(
+  args: string[],
+  env: Record<string, string | undefined> = { DATABASE_URL: db.url },
+): Promise<Run> {
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
+  delete childEnv.DATABASE_URL;
+  for (const [key, value] of Object.entries(env)) if (value !== undefined) childEnv[key] = value;
+  return new Promise((resolve) => {
+    execFile(
+      'npx',
+      ['tsx', 'scripts/outbox.ts', ...args],
+      { cwd: ROOT, env: childEnv, timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** Failure output is one line on stderr, nothing on stdout. */
+function expectOneLineError(run: Run, code: number, message: RegExp) {
+  expect(run.code).toBe(code);
+  expect(run.stdout).toBe('');
+  expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
+  expect(run.stderr.trimEnd()).toMatch(message);
+}
+
+let dead: string[];
+let pending: string[];
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE outbox_events');
+  pending = await insertEvents(db.pool, 3);
+  dead = await insertEvents(db.pool, 3, (i) => ({
+    eventType: i < 2 ? 'invoice.sent' : 'order.paid',
+    aggregateType: 'invoice',
+    aggregateId: `inv-${i}`,
+  }));
+  // One pending event backs off, one is leased; the three others are dead letters.
+  await db.pool.query(
+    `UPDATE outbox_events SET retry_after = now() + interval '1 hour', attempts = 1 WHERE id = $1`,
+    [pending[0]],
+  );
+  await db.pool.query(
+    `UPDATE outbox_events SET locked_until = now() + interval '1 minute', locked_by = gen_random_uuid(), attempts = 1
+     WHERE id = $1`,
+    [pending[1]],
+  );
+  await db.pool.query(
+    `UPDATE outbox_events
+     SET attempts = 4, dead_lettered_at = now(),
+         last_error = CASE WHEN event_type = 'invoice.sent' THEN 'no route for event type "invoice.sent"'
+                           ELSE E'attempt limit (4) reached;\\nlast error: SQS throttled' END
+     WHERE id = ANY($1::uuid[])`,
+    [dead],
+  );
+});
+
+async function deadCount(): Promise<number> {
+  const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM outbox_dead_letters');
+  return rows[0].n;
+}
+
+describe('scripts/outbox.ts', () => {
+  it('status: counts as a table and as JSON', async () => {
+    const [text, json] = await Promise.all([outbox(['status']), outbox(['status', '--json'])]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/^pending\s+3$/m);
+    expect(text.stdout).toMatch(/^ {2}leased \(being published\)\s+1$/m);
+    expect(text.stdout).toMatch(/^ {2}backing off \(will retry\)\s+1$/m);
+    expect(text.stdout).toMatch(/^dead letters\s+3$/m);
+    expect(text.stdout).toMatch(/^oldest pending: \d+s old$/m);
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual({
+      pending: 3,
+      leased: 1,
+      backingOff: 1,
+      deadLetters: 3,
+      oldestPendingAgeSeconds: expect.any(Number),
+    });
+  });
+
+  it('dead-letters: id, type, aggregate, attempts, when and why; --type and --limit narrow it', async () => {
+    const [all, invoices, json] = await Promise.all([
+      outbox(['dead-letters']),
+      outbox(['dead-letters', '--type', 'invoice.sent', '--limit', '1']),
+      outbox(['dead-letters', '--json']),
+    ]);
+    expect(all.code).toBe(0);
+    const lines = all.stdout.split('\n');
+    expect(lines[0]).toMatch(
+      /^id\s+event type\s+aggregate\s+attempts\s+redrives\s+dead-lettered at\s+last error$/,
+    );
+    expect(lines[2]).toMatch(
+      new RegExp(
+        `^${dead[0]}\\s+invoice\\.sent\\s+invoice:inv-0\\s+4\\s+0\\s+\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z\\s+no route for event type "invoice\\.sent"$`,
+      ),
+    );
+    // A multi-line error is shown on one line in the table.
+    expect(lines[4]).toMatch(/order\.paid .*attempt limit \(4\) reached; last error: SQS throttled$/);
+    expect(all.stdout).toMatch(/^3 of 3 dead letters/m);
+
+    expect(invoices.stdout).toContain(dead[0]);
+    expect(invoices.stdout).not.toContain(dead[1]);
+    expect(invoices.stdout).toMatch(/^1 of 2 dead letters/m);
+
+    const page = JSON.parse(json.stdout);
+    expect(page.total).toBe(3);
+    expect(page.rows.map((r: { id: string }) => r.id)).toEqual(dead);
+    expect(page.rows[2]).toMatchObject({
+      eventType: 'order.paid',
+      aggregateType: 'invoice',
+      aggregateId: 'inv-2',
+      attempts: 4,
+      lastError: 'attempt limit (4) reached;\nlast error: SQS throttled',
+    });
+  });
+
+  it('redrive --dry-run shows what would be reset and changes nothing; without it, resets', async () => {
+    const dry = await outbox(['redrive', '--type', 'invoice.sent', '--dry-run']);
+    expect(dry.code).toBe(0);
+    expect(dry.stdout).toMatch(
+      /^dry run: matched 2 dead letters; 2 would be reset\. Nothing was changed\.$/m,
+    );
+    expect(dry.stdout).toContain(dead[0]);
+    expect(dry.stdout).toContain(dead[1]);
+    expect(await deadCount()).toBe(3);
+
+    const json = await outbox(['redrive', '--id', dead[0]!, '--id', dead[2]!, '--dry-run', '--json']);
+    expect(JSON.parse(json.stdout)).toEqual({ dryRun: true, matched: 2, reset: 0, ids: [dead[0], dead[2]] });
+    expect(await deadCount()).toBe(3);
+
+    const real = await outbox(['redrive', '--aggregate-type', 'invoice', '--limit', '2']);
+    expect(real.code).toBe(0);
+    expect(real.stdout).toMatch(/^reset 2 dead letters to pending \(3 matched\)/m);
+    expect(real.stdout).toMatch(/^1 more match beyond the limit/m);
+    expect(await deadCount()).toBe(1);
+    const { rows } = await db.pool.query('SELECT id FROM outbox_events WHERE redrive_count = 1 ORDER BY seq');
+    expect(rows.map((r) => r.id)).toEqual([dead[0], dead[1]]);
+  });
+
+  it('bad input exits 2 with one clear line and changes nothing', async () => {
+    const runs = await Promise.all([
+      outbox(['redrive']),
+      outbox(['redrive', '--all', '--limit', '20000']),
+      outbox(['redrive', '--id', 'not-a-uuid']),
+      outbox(['redrive', '--after', '2025-02-01T00:00:00Z', '--before', '2025-01-01T00:00:00Z']),
+      outbox(['redrive', '--before', 'last tuesday']),
+      outbox(['redrive', '--tpye', 'order.created']),
+      outbox(['dead-letters', '--limit', 'many']),
+    ]);
+    const [noFilter, overLimit, badId, window, badDate, typo, badLimit] = runs as [
+      Run,
+      Run,
+      Run,
+      Run,
+      Run,
+      Run,
+      Run,
+    ];
+    expectOneLineError(noFilter, 2, /^error: all: no filter given; .* \(--all\)$/);
+    expectOneLineError(overLimit, 2, /^error: limit: must be at most 10000 \(--limit\)$/);
+    expectOneLineError(badId, 2, /^error: ids\[0\]: must be a UUID \(--id\)$/);
+    expectOneLineError(
+      window,
+      2,
+      /^error: deadLetteredAfter: must be earlier than deadLetteredBefore .*\(--after\)$/,
+    );
+    expectOneLineError(badDate, 2, /^error: deadLetteredBefore: must be an ISO 8601 date-time/);
+    expectOneLineError(typo, 2, /^error: unknown option '--tpye' \(Did you mean --type\?\)$/);
+    expectOneLineError(
+      badLimit,
+      2,
+      /^error: option '--limit <n>' argument 'many' is invalid\. expected a whole number\.$/,
+    );
+    expect(await deadCount()).toBe(3);
+  });
+
+  it('no DATABASE_URL, or a database that does not answer: a one-line error saying what to do', async () => {
+    const port = await freePort();
+    const [unset, down] = await Promise.all([
+      outbox(['status'], {}),
+      outbox(['status'], { DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/postgres` }),
+    ]);
+    expectOneLineError(unset, 2, /^error: DATABASE_URL: is not set; .*`npm start` prints the URL/);
+    expectOneLineError(down, 1, /^error: cannot reach the database in DATABASE_URL: .*ECONNREFUSED/);
+  });
+});
