@@ -32,7 +32,18 @@ export async function createTestDatabase(
     url,
     pool,
     drop: async () => {
+      // pool.end() resolves before its connections have finished closing; wait
+      // for them, or DROP ... WITH (FORCE) may kill one mid-close and its
+      // error would surface as an uncaught exception.
+      let open = pool.totalCount;
+      const closed = new Promise<void>((resolve) => {
+        if (open === 0) resolve();
+        pool.on('remove', () => {
+          if (--open === 0) resolve();
+        });
+      });
       await pool.end();
+      await closed;
       await dropDatabase(adminUrl, name);
     },
   };
