@@ -56,18 +56,3 @@ export async function databaseConfig(env: Env = process.env): Promise<pg.PoolCon
   if (!url) throw new ConfigError('DATABASE_URL', 'set DATABASE_URL (local) or DATABASE_SECRET_ARN (AWS)');
   return { ...base, connectionString: url };
 }
-
-/**
- * A pool for one function, built once per cold start: connection settings
- * from {@link databaseConfig}, and a listener for errors on idle connections
- * (a database restart or failover), which would otherwise crash the process.
- */
-export async function createPool(
-  logger: { warn(message: string, ...extra: Array<Record<string, unknown>>): void },
-  max: number,
-): Promise<{ pool: pg.Pool; config: pg.PoolConfig }> {
-  const config = await databaseConfig();
-  const pool = new pg.Pool({ ...config, max });
-  pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
-  return { pool, config };
-}
