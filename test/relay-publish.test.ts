@@ -273,7 +273,9 @@ describe('relay → SQS and EventBridge', () => {
     // random() = 0.5 → 3/4 of base·2^(n-1): 75, 150, 300, 600 ms (give or take the clock).
     for (let i = 1; i < delays.length; i++) expect(delays[i]).toBeGreaterThan(delays[i - 1] as number);
     // (Two workers may split the batch, so look the line up by event.)
-    expect(down.log.lines.find((l) => l.level === 'warn' && l.extra.event_id === ids[0])?.extra).toMatchObject({
+    expect(
+      down.log.lines.find((l) => l.level === 'warn' && l.extra.event_id === ids[0])?.extra,
+    ).toMatchObject({
       event_id: ids[0],
       event_type: 'order.created',
       aggregate_id: 'order-0',
