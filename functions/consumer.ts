@@ -1,0 +1,60 @@
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import middy from '@middy/core';
+import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import pg from 'pg';
+import { z } from 'zod';
+import { readVar } from '../lib/config/env.js';
+import { type Consumer, createConsumer } from '../lib/consumer/consumer.js';
+import { orderNotificationHandlers } from '../lib/example/order-notifications.js';
+import { databaseConfig } from './shared/database.js';
+import { observability } from './shared/observability.js';
+
+// Cold start: validate config (a bad variable fails the init with its name).
+// The pool is built on first use because reading the database secret is
+// asynchronous; warm invocations reuse it.
+const consumerName = readVar(
+  process.env,
+  'CONSUMER_NAME',
+  z.string().max(255, 'expected a consumer name of at most 255 characters').default('order-consumer'),
+);
+const { logger, metrics } = observability('outbox-consumer');
+
+let consumer: Promise<Consumer> | undefined;
+
+async function buildConsumer(): Promise<Consumer> {
+  const dbConfig = await databaseConfig();
+  // Records are handled one after another: one connection per instance.
+  const pool = new pg.Pool({ ...dbConfig, max: 1 });
+  pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
+  return createConsumer({ name: consumerName, pool, handlers: orderNotificationHandlers, logger });
+}
+
+/**
+ * SQS-triggered (ReportBatchItemFailures): handles each record once per
+ * consumer name and reports the records to retry. Throws only when the
+ * consumer cannot be set up; Lambda then retries the whole batch.
+ */
+export async function consumerHandler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
+  consumer ??= buildConsumer().catch((error) => {
+    consumer = undefined; // retry the setup on the next invocation
+    throw error;
+  });
+  const result = await (await consumer).handleSqsEvent(event, {
+    remainingMs: () => context.getRemainingTimeInMillis(),
+  });
+  metrics.addMetric('Processed', MetricUnit.Count, result.processed);
+  metrics.addMetric('Duplicates', MetricUnit.Count, result.duplicates);
+  metrics.addMetric('Failed', MetricUnit.Count, result.failed);
+  logger.info('batch handled', {
+    records: event.Records.length,
+    processed: result.processed,
+    duplicates: result.duplicates,
+    failed: result.failed,
+  });
+  // Only the partial batch response: Lambda reads nothing else.
+  return { batchItemFailures: result.batchItemFailures };
+}
+
+export const handler = middy(consumerHandler).use(injectLambdaContext(logger)).use(logMetrics(metrics));

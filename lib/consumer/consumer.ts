@@ -1,0 +1,211 @@
+import type { SQSEvent, SQSRecord } from 'aws-lambda';
+import { OutboxError, ValidationError } from '../errors.js';
+import type { Envelope } from '../publish/envelope.js';
+import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
+import type { EventHandler, HandlerContext } from './handlers.js';
+import { markProcessed } from './mark-processed.js';
+import { type MessageSource, parseMessageBody } from './message-body.js';
+import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
+import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
+import { inRecordTransaction } from './record-transaction.js';
+
+export interface HandleOptions {
+  /**
+   * Milliseconds left in the invocation (Lambda's
+   * `context.getRemainingTimeInMillis`). When given, records are not started
+   * within `safetyMarginMs` of the end.
+   */
+  remainingMs?: () => number;
+}
+
+/** Handles SQS batches of outbox events, each event at most once per consumer name. */
+export interface Consumer {
+  readonly name: string;
+  /**
+   * Handles the batch's records one after another, in order, each in its own
+   * transaction, and reports every record that was not acknowledged in
+   * `batchItemFailures`. Never throws for a record's failure.
+   */
+  handleSqsEvent(event: SQSEvent, options?: HandleOptions): Promise<ConsumerResult>;
+}
+
+/**
+ * FIFO queues only: the record's message group. Standard queues may carry a
+ * MessageGroupId too (fair queues) but promise no order, so it is ignored
+ * there. `SequenceNumber` is set on FIFO messages only, which tells them apart
+ * even when the event source ARN is not at hand.
+ */
+function fifoGroup(record: SQSRecord): string | undefined {
+  const fifo = record.eventSourceARN?.endsWith('.fifo') || record.attributes?.SequenceNumber !== undefined;
+  return fifo ? record.attributes?.MessageGroupId : undefined;
+}
+
+function receiveCount(record: SQSRecord): number {
+  const count = Number(record.attributes?.ApproximateReceiveCount);
+  return Number.isFinite(count) ? count : 1;
+}
+
+class SqsConsumer implements Consumer {
+  readonly name: string;
+
+  constructor(private readonly options: ResolvedConsumerOptions) {
+    this.name = options.name;
+  }
+
+  async handleSqsEvent(event: SQSEvent, handleOptions: HandleOptions = {}): Promise<ConsumerResult> {
+    if (!event || !Array.isArray(event.Records)) {
+      throw new ValidationError('event.Records', 'expected an SQS event ({ Records: [...] })');
+    }
+    const { logger, safetyMarginMs } = this.options;
+    const outcomes: RecordOutcome[] = [];
+    const failedGroups = new Set<string>();
+    let stopped: Error | undefined;
+
+    // Sequential on purpose: records of one FIFO group must be handled in
+    // order, and one connection per invocation is all the database sees.
+    for (const record of event.Records) {
+      const group = fifoGroup(record);
+      let outcome: RecordOutcome;
+      if (stopped) {
+        outcome = { messageId: record.messageId, status: 'deferred', error: stopped };
+      } else if (group !== undefined && failedGroups.has(group)) {
+        outcome = {
+          messageId: record.messageId,
+          status: 'blocked',
+          error: new OutboxError(`an earlier record of message group ${group} failed in this batch`, {
+            retryable: true,
+          }),
+        };
+        logger.warn('record not processed: an earlier record of its FIFO message group failed', {
+          message_id: record.messageId,
+          message_group_id: group,
+        });
+      } else if (handleOptions.remainingMs && handleOptions.remainingMs() < safetyMarginMs) {
+        stopped = new OutboxError('not started: the invocation is about to time out', { retryable: true });
+        outcome = { messageId: record.messageId, status: 'deferred', error: stopped };
+      } else {
+        outcome = await this.handleRecord(record);
+        if (outcome.error instanceof DatabaseUnavailableError) stopped = outcome.error;
+      }
+      if (group !== undefined && !isAcknowledged(outcome)) failedGroups.add(group);
+      outcomes.push(outcome);
+    }
+
+    const deferred = outcomes.filter((o) => o.status === 'deferred').length;
+    if (deferred > 0) {
+      logger.warn('records given back to the queue without being tried', {
+        deferred,
+        reason: stopped?.message,
+      });
+    }
+    return summarize(outcomes);
+  }
+
+  private async handleRecord(record: SQSRecord): Promise<RecordOutcome> {
+    const { logger, name, pool } = this.options;
+    const messageId = record.messageId;
+    const fields: Record<string, unknown> = {
+      message_id: messageId,
+      receive_count: receiveCount(record),
+    };
+    let envelope: Envelope;
+    let source: MessageSource;
+    let handler: EventHandler | undefined;
+    try {
+      ({ envelope, source } = parseMessageBody(messageId, record.body ?? ''));
+      Object.assign(fields, {
+        event_id: envelope.id,
+        event_type: envelope.type,
+        aggregate_id: envelope.aggregateId,
+        source,
+      });
+      handler = this.options.handlers.get(envelope.type) ?? this.options.fallback;
+      if (!handler) {
+        throw new MalformedMessageError(
+          messageId,
+          'type',
+          `no handler for event type "${envelope.type}" and no fallback handler`,
+          { eventId: envelope.id, eventType: envelope.type },
+        );
+      }
+    } catch (error) {
+      const malformed = error as MalformedMessageError;
+      // The log line names the message and why; never the body or payload.
+      logger.error('malformed message: it will be retried and then moved to the dead-letter queue', {
+        ...fields,
+        event_id: malformed.eventId,
+        event_type: malformed.eventType,
+        reason: malformed.message,
+      });
+      return {
+        messageId,
+        status: 'malformed',
+        eventId: malformed.eventId,
+        eventType: malformed.eventType,
+        error: malformed,
+      };
+    }
+
+    const context: HandlerContext = {
+      consumer: name,
+      messageId,
+      receiveCount: receiveCount(record),
+      source,
+      record,
+      logger,
+    };
+    const run = handler;
+    try {
+      const status = await inRecordTransaction(pool, async (tx) => {
+        if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
+        await run(envelope, tx, context);
+        return 'processed' as const;
+      });
+      if (status === 'duplicate') logger.info('duplicate event skipped: already processed', fields);
+      else logger.debug('event processed', fields);
+      return { messageId, status, eventId: envelope.id, eventType: envelope.type };
+    } catch (caught) {
+      const error = caught instanceof Error ? caught : new Error(String(caught));
+      logger.error(
+        error instanceof DatabaseUnavailableError
+          ? 'database unavailable: record not processed'
+          : 'event handler failed: transaction rolled back, the message will be retried',
+        { ...fields, error },
+      );
+      return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };
+    }
+  }
+}
+
+/**
+ * Creates a consumer that deduplicates on the event id: per SQS record, one
+ * transaction inserts `(name, event id)` into `processed_events` and runs the
+ * event type's handler with the same client. A redelivered event finds its
+ * row and is skipped; a failing handler rolls back and leaves no row, so the
+ * retry runs it again.
+ *
+ * @example
+ * const consumer = createConsumer({
+ *   name: 'order-consumer',
+ *   pool,
+ *   handlers: {
+ *     'order.created': async (event: Envelope<OrderCreated>, tx) => {
+ *       await tx.query('INSERT INTO order_notifications (order_id, event_id) VALUES ($1, $2)', [
+ *         event.payload.orderId,
+ *         event.id,
+ *       ]);
+ *     },
+ *   },
+ *   logger, // Powertools Logger
+ * });
+ * // In the Lambda handler (functionResponseType: ReportBatchItemFailures):
+ * const { batchItemFailures } = await consumer.handleSqsEvent(event, {
+ *   remainingMs: () => context.getRemainingTimeInMillis(),
+ * });
+ * return { batchItemFailures };
+ */
+export function createConsumer<Events extends Record<string, unknown>>(
+  options: ConsumerOptions<Events>,
+): Consumer {
+  return new SqsConsumer(resolveConsumerOptions(options));
+}

@@ -1,0 +1,61 @@
+import type { SQSRecord } from 'aws-lambda';
+import type { ClientBase } from 'pg';
+import type { Envelope } from '../publish/envelope.js';
+import type { ConsumerLogger } from './logger.js';
+import type { MessageSource } from './message-body.js';
+
+/** What a handler learns about the delivery besides the event itself. */
+export interface HandlerContext {
+  /** The consumer's name (the dedupe scope). */
+  consumer: string;
+  /** The SQS message id; differs between two deliveries of one event when the relay re-sent it. */
+  messageId: string;
+  /** SQS `ApproximateReceiveCount`: 1 on the first delivery of this message. */
+  receiveCount: number;
+  /** Whether the envelope came straight from the relay or through an EventBridge rule. */
+  source: MessageSource;
+  /** The SQS record as Lambda delivered it (message attributes, FIFO group...). */
+  record: SQSRecord;
+  logger: ConsumerLogger;
+}
+
+/**
+ * Handles one event inside the consumer's transaction. Write through `tx` only:
+ * those writes commit together with the dedupe row, or not at all. Throw to
+ * fail the record (it is retried by SQS); do not COMMIT or ROLLBACK yourself.
+ *
+ * The payload type is a promise made by the producer, not a check: validate
+ * the payload (with zod, say) where a wrong shape would do harm.
+ */
+export type EventHandler<P = unknown> = (
+  event: Envelope<P>,
+  tx: ClientBase,
+  context: HandlerContext,
+) => Promise<void> | void;
+
+/** Handlers by event type, each typed with its payload: `{ 'order.created': EventHandler<OrderCreated> }`. */
+export type HandlerMap<Events extends Record<string, unknown>> = {
+  [Type in keyof Events & string]: EventHandler<Events[Type]>;
+};
+
+/**
+ * Types a set of handlers by the payload of each event type, so that each
+ * handler's `event.payload` has its event's type.
+ *
+ * @example
+ * const handlers = defineHandlers<{ 'order.created': OrderCreated; 'order.cancelled': OrderCancelled }>({
+ *   'order.created': async (event, tx) => {
+ *     await tx.query('INSERT INTO order_notifications (order_id, event_id) VALUES ($1, $2)', [
+ *       event.payload.orderId, // typed as OrderCreated
+ *       event.id,
+ *     ]);
+ *   },
+ *   'order.cancelled': async (event, tx) => { ... },
+ * });
+ * const consumer = createConsumer({ name: 'order-consumer', pool, handlers });
+ */
+export function defineHandlers<Events extends Record<string, unknown>>(
+  handlers: HandlerMap<Events>,
+): HandlerMap<Events> {
+  return handlers;
+}

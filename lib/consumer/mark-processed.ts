@@ -1,0 +1,32 @@
+import type { ClientBase } from 'pg';
+
+// Why it is shaped this way:
+// - It runs first in the record's transaction, before the handler, so the
+//   dedupe row and the handler's writes commit together or not at all.
+// - ON CONFLICT DO NOTHING turns "already processed" into "no row inserted"
+//   instead of an error, which would abort the transaction.
+// - Two deliveries of one event handled at the same moment serialize on the
+//   primary key: the second INSERT waits for the first transaction; if that
+//   commits it inserts nothing (duplicate), if it rolls back it inserts and
+//   the second delivery does the work. No event is handled twice, none lost.
+const MARK_PROCESSED_SQL = `
+INSERT INTO processed_events (consumer, event_id, event_type)
+VALUES ($1, $2, $3)
+ON CONFLICT (consumer, event_id) DO NOTHING`;
+
+/**
+ * Claims `(consumer, eventId)` inside the caller's transaction. Returns false
+ * when the event was already processed by this consumer (committed earlier).
+ *
+ * @example
+ * if (!(await markProcessed(tx, 'order-consumer', envelope.id, envelope.type))) return 'duplicate';
+ */
+export async function markProcessed(
+  tx: Pick<ClientBase, 'query'>,
+  consumer: string,
+  eventId: string,
+  eventType: string,
+): Promise<boolean> {
+  const result = await tx.query(MARK_PROCESSED_SQL, [consumer, eventId, eventType]);
+  return result.rowCount === 1;
+}

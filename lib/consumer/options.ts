@@ -1,0 +1,88 @@
+import type { Pool } from 'pg';
+import { ConfigError } from '../errors.js';
+import type { EventHandler, HandlerMap } from './handlers.js';
+import { type ConsumerLogger, silentConsumerLogger } from './logger.js';
+
+export interface ConsumerOptions<Events extends Record<string, unknown> = Record<string, unknown>> {
+  /**
+   * The dedupe scope, stored in `processed_events.consumer` (at most 255
+   * characters). Two consumers with different names each handle every event
+   * once; keep the name stable across deployments or events are handled again.
+   */
+  name: string;
+  /** Each record gets its own transaction on a connection from this pool. */
+  pool: Pool;
+  /** Handler per event type. */
+  handlers: HandlerMap<Events>;
+  /**
+   * Runs for event types with no handler. Without one, such records fail as
+   * malformed (and end in the dead-letter queue). Pass `async () => {}` to
+   * acknowledge and ignore them (they still get a dedupe row).
+   */
+  fallback?: EventHandler | undefined;
+  logger?: ConsumerLogger | undefined;
+  /**
+   * Records are not started when less than this many milliseconds of the
+   * invocation remain (see `remainingMs` of `handleSqsEvent`); they are given
+   * back to the queue instead of being cut off by the Lambda timeout, which
+   * would fail the whole batch. Default 2000.
+   */
+  safetyMarginMs?: number | undefined;
+}
+
+export interface ResolvedConsumerOptions {
+  name: string;
+  pool: Pool;
+  handlers: ReadonlyMap<string, EventHandler>;
+  fallback: EventHandler | undefined;
+  logger: ConsumerLogger;
+  safetyMarginMs: number;
+}
+
+const KNOWN_OPTIONS = new Set(['name', 'pool', 'handlers', 'fallback', 'logger', 'safetyMarginMs']);
+
+/** Validates the options (unknown keys are refused: a typo must not pass silently) and applies defaults. */
+export function resolveConsumerOptions<Events extends Record<string, unknown>>(
+  options: ConsumerOptions<Events>,
+): ResolvedConsumerOptions {
+  for (const key of Object.keys(options)) {
+    if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
+  }
+  const { name, pool, handlers, fallback, logger, safetyMarginMs } = options;
+  if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
+    throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
+  }
+  if (!pool || typeof pool.connect !== 'function') {
+    throw new ConfigError('pool', 'expected a pg.Pool');
+  }
+  if (typeof handlers !== 'object' || handlers === null) {
+    throw new ConfigError('handlers', 'expected an object of handlers by event type');
+  }
+  // A Map of own entries: a lookup of an event type such as "constructor"
+  // must not find Object.prototype's.
+  const byType = new Map<string, EventHandler>();
+  for (const [type, handler] of Object.entries(handlers)) {
+    if (typeof handler !== 'function') {
+      throw new ConfigError(`handlers.${type}`, 'expected a function (event, tx, context) => Promise<void>');
+    }
+    byType.set(type, handler as EventHandler);
+  }
+  if (fallback !== undefined && typeof fallback !== 'function') {
+    throw new ConfigError('fallback', 'expected a function (event, tx, context) => Promise<void>');
+  }
+  if (byType.size === 0 && fallback === undefined) {
+    throw new ConfigError('handlers', 'expected at least one handler or a fallback');
+  }
+  const margin = safetyMarginMs ?? 2000;
+  if (!Number.isFinite(margin) || margin < 0) {
+    throw new ConfigError('safetyMarginMs', 'expected a number of milliseconds >= 0');
+  }
+  return {
+    name,
+    pool,
+    handlers: byType,
+    fallback,
+    logger: logger ?? silentConsumerLogger,
+    safetyMarginMs: margin,
+  };
+}
