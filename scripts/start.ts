@@ -3,13 +3,15 @@
  * DATABASE_URL or a local server), an AWS emulator (unless AWS_ENDPOINT_URL),
  * migrations, the queues/bus/rule of serverless.yml, a producer writing orders
  * at a steady rate, and the relay Lambda handler invoked as its schedule would
- * invoke it, with a live status line. Ctrl-C stops cleanly.
+ * invoke it, the consumer Lambda handler fed from its queue as Lambda's SQS
+ * event source mapping would feed it, and a live status. Ctrl-C stops cleanly.
  */
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { Command, InvalidArgumentError } from 'commander';
 import logUpdate from 'log-update';
 import pg from 'pg';
+import { SqsEventSource } from '../lib/consumer/sqs-event-source.js';
 import { migrate, setNotifyTrigger } from '../lib/db/migrate.js';
 import { createOrder } from '../lib/example/orders.js';
 import { type EmulatorName, startLocalAws, useLocalAwsEnv } from './local/aws-emulator.js';
@@ -26,7 +28,7 @@ const number = (min: number, max: number) => (value: string) => {
 
 const opts = new Command()
   .name('npm start --')
-  .description('Run producer → outbox → relay → SQS/EventBridge locally, with a live status.')
+  .description('Run producer → outbox → relay → SQS/EventBridge → consumer locally, with a live status.')
   .option('--rate <events/s>', 'orders written per second', number(0, 5000), 20)
   .option('--duration <seconds>', 'stop after this long (0: until Ctrl-C)', number(0, 86_400), 0)
   .option(
@@ -92,11 +94,12 @@ Object.assign(process.env, {
   OUTBOX_BACKOFF_BASE_MS: process.env.OUTBOX_BACKOFF_BASE_MS ?? '500',
   OUTBOX_BACKOFF_MAX_MS: process.env.OUTBOX_BACKOFF_MAX_MS ?? '10000',
   OUTBOX_SAFETY_MARGIN_MS: String(Math.min(10_000, (opts.budget * 1000) / 4)),
-  POWERTOOLS_SERVICE_NAME: 'outbox-relay',
+  CONSUMER_NAME: 'order-consumer',
   POWERTOOLS_LOG_LEVEL: opts.logs ? 'INFO' : 'SILENT',
   POWERTOOLS_METRICS_DISABLED: 'true',
 });
 const { createRelayHandler } = await import('../functions/relay.js');
+const { consumerHandler } = await import('../functions/consumer.js');
 const relayHandler = createRelayHandler({ wrapPublisher: (p) => injectFailures(p, opts.failRate) });
 
 let stopping = false;
@@ -104,11 +107,11 @@ const inFlight = new Set<Promise<unknown>>();
 let invocations = 0;
 
 /** A Lambda-like context whose remaining time drops to zero on Ctrl-C. */
-function context(budgetMs: number) {
+function context(budgetMs: number, functionName = 'outbox-relay') {
   const deadline = Date.now() + budgetMs;
-  invocations++;
+  if (functionName === 'outbox-relay') invocations++;
   return {
-    functionName: 'outbox-relay',
+    functionName,
     awsRequestId: `local-${invocations}`,
     getRemainingTimeInMillis: () => (stopping ? 0 : Math.max(0, deadline - Date.now())),
   } as never;
@@ -126,6 +129,25 @@ function tick() {
 }
 tick();
 const schedule = setInterval(tick, opts.period * 1000);
+
+// --- the consumer Lambda, fed from its queue like an SQS event source mapping --
+const source = new SqsEventSource({ sqs, queueUrl: resources.consumerQueueUrl, waitTimeSeconds: 1 });
+let acknowledged = 0;
+let consumerErrors = 0;
+const consumerLoop = (async () => {
+  while (!stopping) {
+    const result = await source
+      .pollOnce((event) => consumerHandler(event, context(30_000, 'outbox-consumer')), {
+        retryDelaySeconds: 2,
+      })
+      .catch((error: Error) => {
+        say(`consumer poll failed: ${error.message}`);
+        return undefined;
+      });
+    acknowledged += result?.deleted ?? 0;
+    if (result?.error) consumerErrors++;
+  }
+})();
 
 // --- producer: orders at a steady rate ----------------------------------------
 let produced = 0;
@@ -159,7 +181,8 @@ SELECT
      FROM outbox_events WHERE processed_at > now() - interval '5 seconds') AS lag,
   (SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND retry_after > now())::int AS backing_off,
   (SELECT count(*) FROM outbox_events WHERE attempts > 1 AND created_at >= $1)::int AS retried,
-  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead`;
+  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead,
+  (SELECT count(*) FROM processed_events WHERE consumer = 'order-consumer' AND processed_at >= $1)::int AS consumed`;
 
 async function status(): Promise<string> {
   const { rows } = await pool.query(STATUS, [new Date(startedAt)]);
@@ -181,6 +204,7 @@ async function status(): Promise<string> {
     `  retries         ${r.retried} events needed a retry; ${r.backing_off} backing off now`,
     `  dead letters    ${r.dead}`,
     `  relay queue     ${Attributes?.ApproximateNumberOfMessages ?? '?'} messages`,
+    `  consumer        ${r.consumed} processed, ${Math.max(0, acknowledged - r.consumed)} duplicates skipped${consumerErrors ? `, ${consumerErrors} failed batches` : ''}`,
   ].join('\n');
 }
 
@@ -210,6 +234,7 @@ async function stop(reason: string) {
   say(`\nstopping (${reason}): finishing the batches in hand…`);
   await producer;
   await Promise.all(inFlight);
+  await consumerLoop;
   await render();
   if (tty) logUpdate.done();
   await pool.end();
