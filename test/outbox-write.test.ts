@@ -179,3 +179,15 @@ describe('enqueueEvents', () => {
     expect(await counts()).toEqual({ orders: 0, events: 0 });
   });
 });
+
+describe('withTransaction', () => {
+  it('refuses to report success when a failed statement was swallowed inside', async () => {
+    const error = await withTransaction(db.pool, async (client) => {
+      await enqueueEvent(client, { aggregateType: 'a', aggregateId: '1', eventType: 't', payload: {} });
+      await client.query('SELECT 1/0').catch(() => {}); // the caller "handles" it
+      return 'ok';
+    }).catch((e) => e);
+    expect(error).toMatchObject({ name: 'OutboxError', message: expect.stringMatching(/rolled back/) });
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+});

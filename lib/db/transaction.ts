@@ -1,8 +1,11 @@
 import type { Pool, PoolClient } from 'pg';
+import { OutboxError } from '../errors.js';
 
 /**
  * Runs `fn` inside one transaction on a client from `pool`: COMMIT when it
- * resolves, ROLLBACK when it throws (the error is rethrown unchanged).
+ * resolves, ROLLBACK when it throws (the error is rethrown unchanged). If a
+ * statement failed inside and `fn` swallowed the error, the commit cannot
+ * happen and an {@link OutboxError} says so rather than reporting success.
  *
  * @example
  * const orderId = await withTransaction(pool, async (client) => {
@@ -17,7 +20,14 @@ export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) =>
   try {
     await client.query('BEGIN');
     const result = await fn(client);
-    await client.query('COMMIT');
+    const commit = await client.query('COMMIT');
+    // If a statement failed and `fn` caught the error, PostgreSQL answers
+    // COMMIT with ROLLBACK and no error: nothing was kept. Say so.
+    if (commit.command !== 'COMMIT') {
+      throw new OutboxError(
+        'the transaction was rolled back: a statement in it failed and the error was caught',
+      );
+    }
     return result;
   } catch (error) {
     try {
