@@ -1,3 +1,7 @@
+import type { OutboxEvent } from '../outbox/types.js';
+import { classifyCallError } from './aws-errors.js';
+import type { TargetResult } from './types.js';
+
 /**
  * Splits items into batches of at most `maxEntries` items and `maxBytes`
  * total size, keeping their order. Each item must fit on its own (callers
@@ -24,4 +28,35 @@ export function chunkBySize<T>(
   }
   if (current.length > 0) batches.push(current);
   return batches;
+}
+
+/**
+ * Runs one batch call. When the call fails as a whole, every event of the
+ * batch gets that failure, except when the request was refused for something
+ * one entry holds (`invalid-request`): then the entries are sent one by one,
+ * so only the culprit fails and its neighbours go through.
+ */
+export async function sendBatchOrSplit<P extends { event: OutboxEvent }>(
+  batch: P[],
+  label: string,
+  results: Map<string, TargetResult>,
+  call: (batch: P[]) => Promise<void>,
+): Promise<void> {
+  try {
+    await call(batch);
+  } catch (error) {
+    const failure = classifyCallError(error);
+    if (failure.kind === 'invalid-request' && batch.length > 1) {
+      await Promise.all(batch.map((p) => sendBatchOrSplit([p], label, results, call)));
+      return;
+    }
+    for (const p of batch) {
+      results.set(p.event.id, {
+        ok: false,
+        retryable: failure.retryable,
+        code: failure.code,
+        error: `${label} ${failure.kind} error: ${failure.code}: ${failure.message}`,
+      });
+    }
+  }
 }

@@ -5,8 +5,8 @@ import {
 } from '@aws-sdk/client-eventbridge';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { classifyCallError, isRetryableEventBridgeEntryCode } from './aws-errors.js';
-import { chunkBySize } from './batching.js';
+import { isRetryableEventBridgeEntryCode } from './aws-errors.js';
+import { chunkBySize, sendBatchOrSplit } from './batching.js';
 import { toEnvelope } from './envelope.js';
 import type { TargetResult, Transport } from './types.js';
 
@@ -87,9 +87,9 @@ export class EventBridgeTransport implements Transport {
     return results;
   }
 
-  private async sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
+  private sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
     const schedule = this.options.schedule ?? ((call) => call());
-    try {
+    return sendBatchOrSplit(batch, 'EventBridge', results, async (batch) => {
       const response = await schedule(() => {
         this.options.onCall?.();
         return this.options.client.send(new PutEventsCommand({ Entries: batch.map((p) => p.entry) }));
@@ -108,20 +108,6 @@ export class EventBridgeTransport implements Transport {
           });
         }
       });
-    } catch (error) {
-      const failure = classifyCallError(error);
-      if (failure.kind === 'invalid-request' && batch.length > 1) {
-        await Promise.all(batch.map((p) => this.sendBatch([p], results)));
-        return;
-      }
-      for (const p of batch) {
-        results.set(p.event.id, {
-          ok: false,
-          retryable: failure.retryable,
-          code: failure.code,
-          error: `EventBridge ${failure.kind} error: ${failure.code}: ${failure.message}`,
-        });
-      }
-    }
+    });
   }
 }

@@ -7,8 +7,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { classifyCallError } from './aws-errors.js';
-import { chunkBySize } from './batching.js';
+import { chunkBySize, sendBatchOrSplit } from './batching.js';
 import { toEnvelope } from './envelope.js';
 import type { TargetResult, Transport } from './types.js';
 
@@ -114,9 +113,9 @@ export class SqsTransport implements Transport {
     return results;
   }
 
-  private async sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
+  private sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
     const schedule = this.options.schedule ?? ((call) => call());
-    try {
+    return sendBatchOrSplit(batch, 'SQS', results, async (batch) => {
       const response = await schedule(() => {
         this.options.onCall?.();
         return this.options.client.send(
@@ -151,22 +150,6 @@ export class SqsTransport implements Transport {
           });
         }
       }
-    } catch (error) {
-      const failure = classifyCallError(error);
-      if (failure.kind === 'invalid-request' && batch.length > 1) {
-        // The request was refused as a whole for something one entry holds;
-        // send the entries one by one so only the culprit fails.
-        await Promise.all(batch.map((p) => this.sendBatch([p], results)));
-        return;
-      }
-      for (const p of batch) {
-        results.set(p.event.id, {
-          ok: false,
-          retryable: failure.retryable,
-          code: failure.code,
-          error: `SQS ${failure.kind} error: ${failure.code}: ${failure.message}`,
-        });
-      }
-    }
+    });
   }
 }

@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import type { OutboxEvent } from '../../lib/outbox/types.js';
 import { classifyCallError } from '../../lib/publish/aws-errors.js';
-import { chunkBySize } from '../../lib/publish/batching.js';
+import { chunkBySize, sendBatchOrSplit } from '../../lib/publish/batching.js';
 import { RouteTable } from '../../lib/publish/routes.js';
 import { messageGroupId } from '../../lib/publish/sqs-transport.js';
+import type { TargetResult } from '../../lib/publish/types.js';
 import { backoffDelay } from '../../lib/relay/backoff.js';
 import { resolveRelayOptions } from '../../lib/relay/options.js';
 
@@ -102,5 +104,48 @@ describe('resolveRelayOptions', () => {
     });
     expect(resolved.batchSize).toBe(100);
     expect(resolved.backoff).toEqual({ baseMs: 1000, factor: 2, maxMs: 5000 });
+  });
+});
+
+describe('sendBatchOrSplit', () => {
+  const items = ['a', 'b', 'c'].map((id) => ({ event: { id } as OutboxEvent }));
+  const refused = Object.assign(new Error('bad entry'), {
+    name: 'InvalidMessageContents',
+    $metadata: { httpStatusCode: 400 },
+  });
+
+  it('splits a batch refused as a whole so that only the culprit fails', async () => {
+    const results = new Map<string, TargetResult>();
+    const calls: string[][] = [];
+    await sendBatchOrSplit(items, 'SQS', results, async (batch) => {
+      calls.push(batch.map((p) => p.event.id));
+      if (batch.some((p) => p.event.id === 'b')) throw refused;
+      for (const p of batch) results.set(p.event.id, { ok: true });
+    });
+    expect(calls).toEqual([['a', 'b', 'c'], ['a'], ['b'], ['c']]);
+    expect(results.get('a')).toEqual({ ok: true });
+    expect(results.get('c')).toEqual({ ok: true });
+    expect(results.get('b')).toMatchObject({ ok: false, retryable: false, code: 'InvalidMessageContents' });
+  });
+
+  it('gives every event the failure of an outage, without splitting', async () => {
+    const results = new Map<string, TargetResult>();
+    let calls = 0;
+    await sendBatchOrSplit(items, 'EventBridge', results, async () => {
+      calls++;
+      throw Object.assign(new Error('slow down'), {
+        name: 'ThrottlingException',
+        $metadata: { httpStatusCode: 400 },
+      });
+    });
+    expect(calls).toBe(1);
+    expect([...results.values()]).toEqual(
+      items.map(() => ({
+        ok: false,
+        retryable: true,
+        code: 'ThrottlingException',
+        error: 'EventBridge throttled error: ThrottlingException: slow down',
+      })),
+    );
   });
 });
