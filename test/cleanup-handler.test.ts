@@ -1,15 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { lambdaContext } from './support/events.js';
+import { capturePowertoolsOutput, coldStartEnv, restoreEnv } from './support/lambda.js';
 
 let db: TestDatabase;
-const saved = { ...process.env };
 
 beforeAll(async () => {
   db = await createTestDatabase();
 });
 afterAll(async () => {
-  process.env = saved;
+  restoreEnv();
   await db?.drop();
 });
 afterEach(() => {
@@ -18,32 +18,16 @@ afterEach(() => {
 
 /** Imports the handler module fresh, as a Lambda cold start would, with `env`. */
 async function coldStart(env: Record<string, string>) {
-  vi.resetModules();
-  process.env = {
-    ...saved,
+  coldStartEnv({
     DATABASE_URL: db.url,
+    DATABASE_SECRET_ARN: undefined,
+    POWERTOOLS_METRICS_DISABLED: undefined,
     POWERTOOLS_LOG_LEVEL: 'INFO',
     POWERTOOLS_SERVICE_NAME: 'outbox-cleanup',
     POWERTOOLS_METRICS_NAMESPACE: 'Outbox',
     ...env,
-  };
-  delete process.env.DATABASE_SECRET_ARN;
-  delete process.env.POWERTOOLS_METRICS_DISABLED;
+  });
   return import('../functions/cleanup.js');
-}
-
-/** Log lines and EMF metric blobs, one JSON object per line on stdout/stderr. */
-function captureOutput() {
-  const lines: Array<Record<string, unknown>> = [];
-  const collect = (chunk: string | Uint8Array) => {
-    for (const line of String(chunk).split('\n')) {
-      if (line.startsWith('{')) lines.push(JSON.parse(line));
-    }
-    return true;
-  };
-  vi.spyOn(process.stdout, 'write').mockImplementation(collect);
-  vi.spyOn(process.stderr, 'write').mockImplementation(collect);
-  return lines;
 }
 
 describe('functions/cleanup handler', () => {
@@ -64,7 +48,7 @@ describe('functions/cleanup handler', () => {
       PROCESSED_EVENTS_RETENTION_DAYS: '15',
       CLEANUP_BATCH_SIZE: '500',
     });
-    const output = captureOutput();
+    const output = capturePowertoolsOutput();
     const report = await handler({}, lambdaContext(60_000, 'outbox-cleanup') as never);
     vi.restoreAllMocks();
 

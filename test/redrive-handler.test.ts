@@ -1,15 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { insertEvents, lambdaContext } from './support/events.js';
+import { capturePowertoolsOutput, coldStartEnv, restoreEnv } from './support/lambda.js';
 
 let db: TestDatabase;
-const saved = { ...process.env };
 
 beforeAll(async () => {
   db = await createTestDatabase();
 });
 afterAll(async () => {
-  process.env = saved;
+  restoreEnv();
   await db?.drop();
 });
 afterEach(() => {
@@ -18,30 +18,14 @@ afterEach(() => {
 
 /** Imports the handler module fresh, as a Lambda cold start would. */
 async function coldStart() {
-  vi.resetModules();
-  process.env = {
-    ...saved,
+  coldStartEnv({
     DATABASE_URL: db.url,
+    DATABASE_SECRET_ARN: undefined,
     POWERTOOLS_LOG_LEVEL: 'INFO',
     POWERTOOLS_METRICS_DISABLED: 'true',
     POWERTOOLS_SERVICE_NAME: 'outbox-redrive',
-  };
-  delete process.env.DATABASE_SECRET_ARN;
+  });
   return import('../functions/redrive.js');
-}
-
-/** Powertools writes one JSON object per line (info to stdout, warn and error to stderr); collect them. */
-function captureLogs() {
-  const lines: Array<Record<string, unknown>> = [];
-  const collect = (chunk: string | Uint8Array) => {
-    for (const line of String(chunk).split('\n')) {
-      if (line.startsWith('{')) lines.push(JSON.parse(line));
-    }
-    return true;
-  };
-  vi.spyOn(process.stdout, 'write').mockImplementation(collect);
-  vi.spyOn(process.stderr, 'write').mockImplementation(collect);
-  return lines;
 }
 
 describe('functions/redrive handler', () => {
@@ -58,7 +42,7 @@ describe('functions/redrive handler', () => {
       identity: { cognitoIdentityId: 'us-east-1:alice', cognitoIdentityPoolId: 'us-east-1:pool' },
       clientContext: { client: {}, custom: { ticket: 'OPS-42' }, env: {} },
     };
-    const logs = captureLogs();
+    const logs = capturePowertoolsOutput();
 
     const preview = await handler(
       { eventType: 'order.created', dryRun: true, requestedBy: 'alice@example.com' },

@@ -1,24 +1,22 @@
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { eventRows, insertEvents, lambdaContext } from './support/events.js';
+import { coldStartEnv, restoreEnv } from './support/lambda.js';
 
 let db: TestDatabase;
-const saved = { ...process.env };
 
 beforeAll(async () => {
   db = await createTestDatabase();
 });
 afterAll(async () => {
-  process.env = saved;
+  restoreEnv();
   await db?.drop();
 });
 
 /** Imports the handler module fresh, as a Lambda cold start would, with `env`. */
 async function coldStart(env: Record<string, string>) {
-  vi.resetModules();
-  process.env = {
-    ...saved,
+  coldStartEnv({
     AWS_ENDPOINT_URL: inject('awsEndpoint'),
     AWS_REGION: 'us-east-1',
     AWS_ACCESS_KEY_ID: 'test',
@@ -27,7 +25,7 @@ async function coldStart(env: Record<string, string>) {
     POWERTOOLS_LOG_LEVEL: 'ERROR',
     POWERTOOLS_METRICS_DISABLED: 'true',
     ...env,
-  };
+  });
   return import('../functions/relay.js');
 }
 
