@@ -371,4 +371,40 @@ describe('relay → SQS and EventBridge', () => {
       id,
     ]);
   });
+
+  it('ordered mode: a backing-off event holds back its aggregate only; a dead letter stops holding it', async () => {
+    const routes: RouteConfig[] = [{ match: 'order.*', targets: [{ type: 'sqs', queueUrl: fifo.url }] }];
+    const { relay } = relayFor(routes, { ordering: 'aggregate', backoff: { baseMs: 60_000, maxMs: 60_000 } });
+    // a: [unroutable, ok, ok]; b: [ok, ok]
+    const ids = await insertEvents(db.pool, 5, (i) => ({
+      aggregateId: i < 3 ? 'a' : 'b',
+      eventType: i === 0 ? 'invoice.unroutable' : 'order.updated',
+      payload: { i },
+    }));
+    // First make a's head retryable-failing instead: point it at a missing queue.
+    const missing = `${aws.endpoint}/000000000000/${uniqueName('missing')}.fifo`;
+    const blocked = relayFor(
+      [{ match: 'invoice.*', targets: [{ type: 'sqs', queueUrl: missing }] }, ...routes],
+      { ordering: 'aggregate', backoff: { baseMs: 60_000, maxMs: 60_000 } },
+    );
+    expect(await drain(blocked.relay)).toMatchObject({ published: 2, retried: 1 });
+    let rows = await eventRows(db.pool);
+    // a's head backs off; a's later events wait; b flowed.
+    expect(rows.map((r) => r.processed_at !== null)).toEqual([false, false, false, true, true]);
+    expect(rows[0]?.retry_after).not.toBeNull();
+
+    // Now a's head has no route at all: dead letter, and a's successors flow, in order.
+    await db.pool.query('UPDATE outbox_events SET retry_after = now() WHERE id = $1', [ids[0]]);
+    expect(await drain(relay)).toMatchObject({ deadLettered: 1, published: 2 });
+    rows = await eventRows(db.pool);
+    expect(rows[0]?.dead_lettered_at).not.toBeNull();
+    expect(rows.slice(1).every((r) => r.processed_at !== null)).toBe(true);
+    const received = await drainQueue(aws.sqs, fifo.url, 4);
+    const byGroup = (group: string) =>
+      received
+        .filter((m) => m.Attributes?.MessageGroupId === group)
+        .map((m) => JSON.parse(m.Body as string).payload.i);
+    expect(byGroup('order:a')).toEqual([1, 2]);
+    expect(byGroup('order:b')).toEqual([3, 4]);
+  });
 });
