@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   CreateQueueCommand,
+  DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
   type Message,
   ReceiveMessageCommand,
@@ -42,12 +43,18 @@ export async function createQueue(
   return { url, arn: attrs.Attributes?.QueueArn as string };
 }
 
-/** Receives until `count` messages arrived or `timeoutMs` passed; deletes nothing. */
-export async function receiveAll(
+/**
+ * Receives until `count` messages arrived or `timeoutMs` passed. With
+ * `deleteReceived`, each batch is deleted as it arrives (FIFO groups only
+ * release their next message once the previous one is deleted); otherwise
+ * messages stay invisible for 5 minutes so they are not received twice.
+ */
+async function receive(
   sqs: SQSClient,
   queueUrl: string,
   count: number,
-  timeoutMs = 10_000,
+  timeoutMs: number,
+  deleteReceived: boolean,
 ): Promise<Message[]> {
   const messages: Message[] = [];
   const deadline = Date.now() + timeoutMs;
@@ -59,37 +66,12 @@ export async function receiveAll(
         WaitTimeSeconds: 1,
         MessageAttributeNames: ['All'],
         MessageSystemAttributeNames: ['All'],
-        VisibilityTimeout: 300,
-      }),
-    );
-    messages.push(...(received.Messages ?? []));
-  }
-  return messages;
-}
-
-/** Receives and deletes (FIFO groups only release their next message once the previous is deleted). */
-export async function drainQueue(
-  sqs: SQSClient,
-  queueUrl: string,
-  count: number,
-  timeoutMs = 30_000,
-): Promise<Message[]> {
-  const { DeleteMessageBatchCommand } = await import('@aws-sdk/client-sqs');
-  const messages: Message[] = [];
-  const deadline = Date.now() + timeoutMs;
-  while (messages.length < count && Date.now() < deadline) {
-    const received = await sqs.send(
-      new ReceiveMessageCommand({
-        QueueUrl: queueUrl,
-        MaxNumberOfMessages: 10,
-        WaitTimeSeconds: 1,
-        MessageAttributeNames: ['All'],
-        MessageSystemAttributeNames: ['All'],
+        ...(deleteReceived ? {} : { VisibilityTimeout: 300 }),
       }),
     );
     const batch = received.Messages ?? [];
     messages.push(...batch);
-    if (batch.length > 0) {
+    if (deleteReceived && batch.length > 0) {
       await sqs.send(
         new DeleteMessageBatchCommand({
           QueueUrl: queueUrl,
@@ -100,3 +82,11 @@ export async function drainQueue(
   }
   return messages;
 }
+
+/** Receives until `count` messages arrived or `timeoutMs` passed; deletes nothing. */
+export const receiveAll = (sqs: SQSClient, queueUrl: string, count: number, timeoutMs = 10_000) =>
+  receive(sqs, queueUrl, count, timeoutMs, false);
+
+/** Receives and deletes, until `count` messages arrived or `timeoutMs` passed. */
+export const drainQueue = (sqs: SQSClient, queueUrl: string, count: number, timeoutMs = 30_000) =>
+  receive(sqs, queueUrl, count, timeoutMs, true);
