@@ -51,3 +51,28 @@ export class PublishError extends OutboxError {
     this.code = options.code;
   }
 }
+
+/**
+ * The database could not be reached (no connection from the pool). The
+ * consumer gives records not yet tried back to the queue without trying each
+ * one, since every one of them would wait for the same connection timeout.
+ */
+export class DatabaseUnavailableError extends OutboxError {
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, { ...options, retryable: true });
+    this.name = 'DatabaseUnavailableError';
+  }
+}
+
+/**
+ * PostgreSQL answered COMMIT with ROLLBACK: a statement inside the transaction
+ * failed and the caller caught the error instead of letting it propagate.
+ * Nothing written in the transaction was kept (for the consumer: neither the
+ * handler's writes nor the dedupe row, so the record must not be acknowledged).
+ */
+export class TransactionRolledBackError extends OutboxError {
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, { ...options, retryable: true });
+    this.name = 'TransactionRolledBackError';
+  }
+}

@@ -187,7 +187,10 @@ describe('withTransaction', () => {
       await client.query('SELECT 1/0').catch(() => {}); // the caller "handles" it
       return 'ok';
     }).catch((e) => e);
-    expect(error).toMatchObject({ name: 'OutboxError', message: expect.stringMatching(/rolled back/) });
+    expect(error).toMatchObject({
+      name: 'TransactionRolledBackError',
+      message: expect.stringMatching(/rolled back/),
+    });
     expect(await counts()).toEqual({ orders: 0, events: 0 });
   });
 });

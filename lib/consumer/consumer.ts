@@ -1,4 +1,5 @@
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
+import { withTransaction } from '../db/transaction.js';
 import { OutboxError, ValidationError } from '../errors.js';
 import type { Envelope } from '../publish/envelope.js';
 import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
@@ -7,7 +8,6 @@ import { markProcessed } from './mark-processed.js';
 import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
-import { inRecordTransaction } from './record-transaction.js';
 
 export interface HandleOptions {
   /**
@@ -156,7 +156,7 @@ class SqsConsumer implements Consumer {
     };
     const run = handler;
     try {
-      const status = await inRecordTransaction(pool, async (tx) => {
+      const status = await withTransaction(pool, async (tx) => {
         if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
         await run(envelope, tx, context);
         return 'processed' as const;

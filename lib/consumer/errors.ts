@@ -1,4 +1,4 @@
-import { OutboxError, ValidationError } from '../errors.js';
+import { ValidationError } from '../errors.js';
 
 /**
  * An SQS record the consumer cannot read: the body is not JSON, or it holds no
@@ -28,27 +28,4 @@ export class MalformedMessageError extends ValidationError {
   }
 }
 
-/**
- * The database could not be reached (no connection from the pool). Records
- * not yet tried are given back to the queue without trying each one, since
- * every one of them would wait for the same connection timeout.
- */
-export class DatabaseUnavailableError extends OutboxError {
-  constructor(message: string, options: { cause?: unknown } = {}) {
-    super(message, { ...options, retryable: true });
-    this.name = 'DatabaseUnavailableError';
-  }
-}
-
-/**
- * PostgreSQL answered COMMIT with ROLLBACK: a statement inside the transaction
- * failed and the handler caught the error instead of letting it propagate.
- * Neither the handler's writes nor the dedupe row were kept, so the record
- * must not be acknowledged.
- */
-export class TransactionRolledBackError extends OutboxError {
-  constructor(message: string, options: { cause?: unknown } = {}) {
-    super(message, { ...options, retryable: true });
-    this.name = 'TransactionRolledBackError';
-  }
-}
+export { DatabaseUnavailableError, TransactionRolledBackError } from '../errors.js';

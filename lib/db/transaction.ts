@@ -1,11 +1,17 @@
 import type { Pool, PoolClient } from 'pg';
-import { OutboxError } from '../errors.js';
+import { DatabaseUnavailableError, TransactionRolledBackError } from '../errors.js';
 
 /**
  * Runs `fn` inside one transaction on a client from `pool`: COMMIT when it
- * resolves, ROLLBACK when it throws (the error is rethrown unchanged). If a
- * statement failed inside and `fn` swallowed the error, the commit cannot
- * happen and an {@link OutboxError} says so rather than reporting success.
+ * resolves, ROLLBACK when it throws (the error is rethrown unchanged).
+ *
+ * - No connection from the pool → {@link DatabaseUnavailableError}.
+ * - PostgreSQL answers COMMIT of a transaction in which a statement failed
+ *   with ROLLBACK, not an error. If `fn` caught such an error and carried on,
+ *   nothing was kept: that throws {@link TransactionRolledBackError} rather
+ *   than reporting success.
+ * - A connection whose state is unknown (BEGIN, COMMIT or ROLLBACK failed) is
+ *   destroyed, not returned to the pool.
  *
  * @example
  * const orderId = await withTransaction(pool, async (client) => {
@@ -15,28 +21,47 @@ import { OutboxError } from '../errors.js';
  * });
  */
 export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
+  let client: PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw new DatabaseUnavailableError(`could not get a database connection: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+  // Destroy rather than reuse the connection when its state is unknown: BEGIN
+  // or COMMIT failed (most likely the connection itself), or ROLLBACK did.
   let broken: Error | undefined;
   try {
-    await client.query('BEGIN');
-    const result = await fn(client);
-    const commit = await client.query('COMMIT');
-    // If a statement failed and `fn` caught the error, PostgreSQL answers
-    // COMMIT with ROLLBACK and no error: nothing was kept. Say so.
-    if (commit.command !== 'COMMIT') {
-      throw new OutboxError(
-        'the transaction was rolled back: a statement in it failed and the error was caught',
+    try {
+      await client.query('BEGIN');
+    } catch (error) {
+      broken = error as Error;
+      throw error;
+    }
+    let result: T;
+    try {
+      result = await fn(client);
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError: Error) => {
+        broken = rollbackError;
+      });
+      throw error;
+    }
+    let command: string;
+    try {
+      ({ command } = await client.query('COMMIT'));
+    } catch (error) {
+      // Committed or not is unknown (the connection failed mid-COMMIT).
+      broken = error as Error;
+      throw error;
+    }
+    if (command !== 'COMMIT') {
+      throw new TransactionRolledBackError(
+        'the transaction was rolled back at COMMIT: a statement in it failed and the error was caught',
       );
     }
     return result;
-  } catch (error) {
-    try {
-      await client.query('ROLLBACK');
-    } catch (rollbackError) {
-      // The connection is unusable; destroy it rather than return it to the pool.
-      broken = rollbackError as Error;
-    }
-    throw error;
   } finally {
     client.release(broken);
   }
