@@ -1,6 +1,6 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type { RelayMetrics } from '../../lib/relay/observer.js';
+import type { OutboxMetrics } from '../../lib/observer.js';
 
 /** Powertools Logger and Metrics for one function; namespace from POWERTOOLS_METRICS_NAMESPACE. */
 export function observability(serviceName: string) {
@@ -17,7 +17,7 @@ export function observability(serviceName: string) {
  * dimensions (failures by event type) go out as single metrics so they do not
  * mix with the invocation's other dimensions.
  */
-export function metricsSink(metrics: Metrics): RelayMetrics {
+export function metricsSink(metrics: Metrics): OutboxMetrics {
   return {
     record(name, unit, value, dimensions) {
       const powertoolsUnit = MetricUnit[unit];

@@ -1,7 +1,7 @@
 import type { SQSRecord } from 'aws-lambda';
 import type { ClientBase } from 'pg';
+import type { OutboxLogger } from '../observer.js';
 import type { Envelope } from '../publish/envelope.js';
-import type { ConsumerLogger } from './logger.js';
 import type { MessageSource } from './message-body.js';
 
 /** What a handler learns about the delivery besides the event itself. */
@@ -16,7 +16,7 @@ export interface HandlerContext {
   source: MessageSource;
   /** The SQS record as Lambda delivered it (message attributes, FIFO group...). */
   record: SQSRecord;
-  logger: ConsumerLogger;
+  logger: OutboxLogger;
 }
 
 /**

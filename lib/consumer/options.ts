@@ -1,7 +1,7 @@
 import type { Pool } from 'pg';
 import { ConfigError } from '../errors.js';
+import { type OutboxLogger, silentLogger } from '../observer.js';
 import type { EventHandler, HandlerMap } from './handlers.js';
-import { type ConsumerLogger, silentConsumerLogger } from './logger.js';
 
 export interface ConsumerOptions<Events extends Record<string, unknown> = Record<string, unknown>> {
   /**
@@ -20,7 +20,7 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * acknowledge and ignore them (they still get a dedupe row).
    */
   fallback?: EventHandler | undefined;
-  logger?: ConsumerLogger | undefined;
+  logger?: OutboxLogger | undefined;
   /**
    * Records are not started when less than this many milliseconds of the
    * invocation remain (see `remainingMs` of `handleSqsEvent`); they are given
@@ -35,7 +35,7 @@ export interface ResolvedConsumerOptions {
   pool: Pool;
   handlers: ReadonlyMap<string, EventHandler>;
   fallback: EventHandler | undefined;
-  logger: ConsumerLogger;
+  logger: OutboxLogger;
   safetyMarginMs: number;
 }
 
@@ -82,7 +82,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     pool,
     handlers: byType,
     fallback,
-    logger: logger ?? silentConsumerLogger,
+    logger: logger ?? silentLogger,
     safetyMarginMs: margin,
   };
 }

@@ -1,4 +1,4 @@
-import { noMetrics, type RelayLogger, type RelayMetrics, silentLogger } from '../relay/observer.js';
+import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { Queryable } from '../sql/claim-batch.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
 import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';
@@ -15,8 +15,8 @@ export interface CleanupDeps {
   /** Runs single statements; a `pg.Pool` (each batch commits on its own). */
   db: Queryable;
   options?: CleanupOptions;
-  logger?: RelayLogger;
-  metrics?: RelayMetrics;
+  logger?: OutboxLogger;
+  metrics?: OutboxMetrics;
 }
 
 export interface CleanupRunOptions {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
 import { claimBatch, type Queryable } from '../sql/claim-batch.js';
@@ -6,7 +7,6 @@ import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 import { backoffDelay } from './backoff.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
-import { noMetrics, type RelayLogger, type RelayMetrics, silentLogger } from './observer.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 
 export interface RelayDeps {
@@ -14,8 +14,8 @@ export interface RelayDeps {
   db: Queryable;
   publisher: Publisher;
   options?: RelayOptions;
-  logger?: RelayLogger;
-  metrics?: RelayMetrics;
+  logger?: OutboxLogger;
+  metrics?: OutboxMetrics;
   /** Wakes idle loops; a timer unless LISTEN/NOTIFY is wired in. */
   workSignal?: WorkSignal;
   /** Jitter source for backoff. */
@@ -84,8 +84,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export class Relay {
   readonly options: ResolvedRelayOptions;
-  private readonly logger: RelayLogger;
-  private readonly metrics: RelayMetrics;
+  private readonly logger: OutboxLogger;
+  private readonly metrics: OutboxMetrics;
   private readonly workSignal: WorkSignal;
   private readonly random: () => number;
 
