@@ -1,17 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { runCleanup } from '../lib/operations/cleanup.js';
 import { loadCleanupConfig } from '../lib/operations/cleanup-config.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { captureLogger, captureMetrics } from './support/events.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events, processed_events');
 });

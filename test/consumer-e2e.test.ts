@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { CreateEventBusCommand, PutRuleCommand, PutTargetsCommand } from '@aws-sdk/client-eventbridge';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { toSqsRecord } from '../lib/consumer/sqs-event.js';
 import { SqsEventSource } from '../lib/consumer/sqs-event-source.js';
 import { createOrder } from '../lib/example/orders.js';
@@ -9,12 +9,12 @@ import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { lambdaContext } from './support/events.js';
 
 const CONSUMER = 'order-consumer-e2e';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const aws = awsClients();
 let direct: { url: string; arn: string };
 let fromBus: { url: string; arn: string };
@@ -22,7 +22,6 @@ let bus: string;
 let fn: typeof import('../functions/consumer.js');
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   direct = await createQueue(aws.sqs, uniqueName('consumer-e2e-direct'));
   fromBus = await createQueue(aws.sqs, uniqueName('consumer-e2e-bus'));
   bus = uniqueName('consumer-e2e-bus');
@@ -45,9 +44,6 @@ beforeAll(async () => {
   process.env.POWERTOOLS_METRICS_NAMESPACE = 'OutboxTest';
   process.env.POWERTOOLS_LOG_LEVEL = 'ERROR';
   fn = await import('../functions/consumer.js');
-});
-afterAll(async () => {
-  await db?.drop();
 });
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events, processed_events, order_notifications, orders');

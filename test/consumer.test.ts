@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
-import { afterAll, beforeAll, beforeEach, describe, expect, expectTypeOf, it } from 'vitest';
+import { beforeEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { createConsumer } from '../lib/consumer/consumer.js';
 import {
   DatabaseUnavailableError,
@@ -15,18 +15,12 @@ import { notifyOrderCreated, orderNotificationHandlers } from '../lib/example/or
 import type { OrderCreated } from '../lib/example/orders.js';
 import type { Envelope } from '../lib/publish/envelope.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { captureLogger } from './support/events.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const aws = awsClients();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
 beforeEach(async () => {
   await db.pool.query('TRUNCATE processed_events, order_notifications');
 });

@@ -1,19 +1,13 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../lib/db/transaction.js';
 import { ValidationError } from '../lib/errors.js';
 import { createOrder } from '../lib/example/orders.js';
 import { enqueueEvent, enqueueEvents } from '../lib/outbox/enqueue.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from '../lib/outbox/limits.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
 beforeEach(async () => {
   await db.pool.query('TRUNCATE orders, outbox_events');
 });

@@ -1,16 +1,12 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { useTestDatabase } from './support/database.js';
 import { insertEvents, lambdaContext } from './support/events.js';
 import { capturePowertoolsOutput, coldStartEnv, restoreEnv } from './support/lambda.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
 afterAll(async () => {
   restoreEnv();
-  await db?.drop();
 });
 afterEach(() => {
   vi.restoreAllMocks();

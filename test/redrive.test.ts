@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { ValidationError } from '../lib/errors.js';
 import { redriveDeadLetters } from '../lib/operations/redrive.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
@@ -6,18 +6,12 @@ import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
 import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { captureLogger, eventRows, insertEvents } from './support/events.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const aws = awsClients();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events');
 });

@@ -1,22 +1,16 @@
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { OutboxEvent } from '../lib/outbox/types.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import type { Publisher, PublishOutcome } from '../lib/publish/types.js';
 import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { eventRows, insertEvents } from './support/events.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 20 });
 const aws = awsClients();
 
-beforeAll(async () => {
-  db = await createTestDatabase({ poolSize: 20 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events');
 });

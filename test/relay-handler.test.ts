@@ -1,17 +1,13 @@
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { eventRows, insertEvents, lambdaContext } from './support/events.js';
 import { coldStartEnv, restoreEnv } from './support/lambda.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
 afterAll(async () => {
   restoreEnv();
-  await db?.drop();
 });
 
 /** Imports the handler module fresh, as a Lambda cold start would, with `env`. */

@@ -6,7 +6,7 @@ import {
   PutTargetsCommand,
 } from '@aws-sdk/client-eventbridge';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
@@ -14,10 +14,10 @@ import { Relay } from '../lib/relay/relay.js';
 import { claimBatch } from '../lib/sql/claim-batch.js';
 import { freePort } from '../scripts/local/free-port.js';
 import { awsClients, createQueue, drainQueue, receiveAll, uniqueName } from './support/aws.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/database.js';
 import { captureLogger, captureMetrics, eventRows, insertEvents } from './support/events.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const aws = awsClients();
 let standard: { url: string; arn: string };
 let fifo: { url: string; arn: string };
@@ -25,7 +25,6 @@ let busQueue: { url: string; arn: string };
 let bus: string;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   standard = await createQueue(aws.sqs, uniqueName('relay-std'));
   fifo = await createQueue(aws.sqs, `${uniqueName('relay-fifo')}.fifo`);
   busQueue = await createQueue(aws.sqs, uniqueName('relay-bus-target'));
@@ -42,9 +41,6 @@ beforeAll(async () => {
   await aws.eventBridge.send(
     new PutTargetsCommand({ Rule: rule, EventBusName: bus, Targets: [{ Id: 'q', Arn: busQueue.arn }] }),
   );
-});
-afterAll(async () => {
-  await db?.drop();
 });
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events');

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { migrate } from '../../lib/db/migrate.js';
 import { dropDatabase, ensureDatabase } from '../../scripts/local/postgres.js';
 
@@ -47,4 +47,20 @@ export async function createTestDatabase(
       await dropDatabase(adminUrl, name);
     },
   };
+}
+
+/**
+ * Gives the calling test file its own migrated database for all its tests:
+ * created before the first test, dropped after the last. The returned handle
+ * is filled in by the time tests (and later `beforeAll` hooks) run.
+ */
+export function useTestDatabase(options: { migrate?: boolean; poolSize?: number } = {}): TestDatabase {
+  const handle = {} as TestDatabase;
+  beforeAll(async () => {
+    Object.assign(handle, await createTestDatabase(options));
+  });
+  afterAll(async () => {
+    await handle.drop?.();
+  });
+  return handle;
 }
