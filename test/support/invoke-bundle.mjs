@@ -1,0 +1,20 @@
+// Runs one packaged Lambda bundle the way the Node.js runtime would: import
+// the .mjs file, call its `handler` export with an event and a context, print
+// the result as JSON. Usage: node invoke-bundle.mjs <bundle.mjs> <event.json> <budgetMs>
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+
+const [bundle, eventFile, budget] = process.argv.slice(2);
+const deadline = Date.now() + Number(budget);
+const context = {
+  functionName: 'bundle-check',
+  functionVersion: '$LATEST',
+  awsRequestId: 'bundle-check',
+  invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:bundle-check',
+  memoryLimitInMB: '512',
+  getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+};
+const { handler } = await import(pathToFileURL(bundle).href);
+const result = await handler(JSON.parse(readFileSync(eventFile, 'utf8')), context);
+process.stdout.write(`${JSON.stringify(result)}\n`);
+process.exit(0);
