@@ -27,6 +27,18 @@ WHERE e.id = o.id
   AND e.locked_by = $2::uuid
 RETURNING e.id`;
 
+// The common case, every event of the batch published, as a plain id list:
+// cheaper for the database than building rows from JSON.
+const COMPLETE_ALL_PUBLISHED = `
+UPDATE outbox_events
+SET processed_at = now(),
+    delivered_targets = '{}'::text[],
+    locked_until = NULL,
+    locked_by = NULL
+WHERE id = ANY($1::uuid[])
+  AND locked_by = $2::uuid
+RETURNING id`;
+
 /**
  * Records the outcomes of a claimed batch, only for rows still leased to
  * `leaseId`. Returns the ids it recorded; a missing id means the lease was
@@ -38,6 +50,13 @@ export async function completeBatch(
   completions: readonly Completion[],
 ): Promise<Set<string>> {
   if (completions.length === 0) return new Set();
+  if (completions.every((c) => c.status === 'published')) {
+    const { rows } = await db.query<{ id: string }>(COMPLETE_ALL_PUBLISHED, [
+      completions.map((c) => c.id),
+      leaseId,
+    ]);
+    return new Set(rows.map((r) => r.id));
+  }
   const payload = completions.map((c) => ({
     id: c.id,
     status: c.status,
