@@ -5,12 +5,11 @@ import { beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { toSqsRecord } from '../lib/consumer/sqs-event.js';
 import { SqsEventSource } from '../lib/consumer/sqs-event-source.js';
 import { createOrder } from '../lib/example/orders.js';
-import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
-import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { lambdaContext } from './support/events.js';
+import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 
 const CONSUMER = 'order-consumer-e2e';
 
@@ -49,17 +48,7 @@ beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events, processed_events, order_notifications, orders');
 });
 
-async function relayTo(routes: RouteConfig[]) {
-  const publisher = createAwsPublisher({
-    routes,
-    sqs: aws.sqs,
-    eventBridge: aws.eventBridge,
-    source: 'outbox',
-    concurrency: 4,
-  });
-  const relay = new Relay({ db: db.pool, publisher, options: { safetyMarginMs: 0, idleWaitMs: 20 } });
-  return relay.run({ remainingMs: () => 60_000, stopWhenIdle: true });
-}
+const relayTo = (routes: RouteConfig[]) => drainUntilIdle(emulatorRelay(db.pool, aws, routes).relay);
 
 async function placeOrders(n: number) {
   const orders: Array<{ orderId: string; eventId: string }> = [];

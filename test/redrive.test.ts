@@ -1,13 +1,12 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ValidationError } from '../lib/errors.js';
 import { redriveDeadLetters } from '../lib/operations/redrive.js';
-import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
-import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
-import { captureLogger, eventRows, insertEvents } from './support/events.js';
+import { eventRows, insertEvents } from './support/events.js';
+import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 
 const db = useTestDatabase();
 const aws = awsClients();
@@ -216,23 +215,9 @@ describe('redriveDeadLetters', () => {
 });
 
 describe('redrive → relay publishes again', () => {
-  function relayFor(routes: RouteConfig[], options: RelayOptions = {}) {
-    const publisher = createAwsPublisher({
-      routes,
-      sqs: aws.sqs,
-      eventBridge: aws.eventBridge,
-      source: 'outbox',
-      concurrency: 4,
-    });
-    return new Relay({
-      db: db.pool,
-      publisher,
-      options: { safetyMarginMs: 0, idleWaitMs: 20, ...options },
-      logger: captureLogger().logger,
-      random: () => 0.5,
-    });
-  }
-  const drain = (relay: Relay) => relay.run({ remainingMs: () => 60_000, stopWhenIdle: true });
+  const relayFor = (routes: RouteConfig[], options: RelayOptions = {}) =>
+    emulatorRelay(db.pool, aws, routes, options).relay;
+  const drain = drainUntilIdle;
   const bodies = async (url: string, count: number, timeoutMs?: number) =>
     (await receiveAll(aws.sqs, url, count, timeoutMs)).map((m) => JSON.parse(m.Body as string).id).sort();
 

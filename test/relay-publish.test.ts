@@ -7,15 +7,14 @@ import {
 } from '@aws-sdk/client-eventbridge';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
-import { Relay } from '../lib/relay/relay.js';
 import { claimBatch } from '../lib/sql/claim-batch.js';
 import { freePort } from '../scripts/local/free-port.js';
 import { awsClients, createQueue, drainQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
-import { captureLogger, captureMetrics, eventRows, insertEvents } from './support/events.js';
+import { eventRows, insertEvents } from './support/events.js';
+import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 
 const db = useTestDatabase();
 const aws = awsClients();
@@ -46,28 +45,9 @@ beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events');
 });
 
-function relayFor(routes: RouteConfig[], options: RelayOptions = {}, clients = aws) {
-  const log = captureLogger();
-  const metrics = captureMetrics();
-  const publisher = createAwsPublisher({
-    routes,
-    sqs: clients.sqs,
-    eventBridge: clients.eventBridge,
-    source: 'outbox',
-    concurrency: 4,
-  });
-  const relay = new Relay({
-    db: db.pool,
-    publisher,
-    options: { safetyMarginMs: 0, idleWaitMs: 20, ...options },
-    logger: log.logger,
-    metrics: metrics.metrics,
-    random: () => 0.5,
-  });
-  return { relay, log, metrics, publisher };
-}
-
-const drain = (relay: Relay) => relay.run({ remainingMs: () => 60_000, stopWhenIdle: true });
+const relayFor = (routes: RouteConfig[], options: RelayOptions = {}, clients = aws) =>
+  emulatorRelay(db.pool, clients, routes, options);
+const drain = drainUntilIdle;
 
 describe('relay → SQS and EventBridge', () => {
   it('publishes to a standard queue, a FIFO queue and a bus, with the envelope and attributes', async () => {
@@ -200,26 +180,21 @@ describe('relay → SQS and EventBridge', () => {
 
   it('a message that keeps killing the relay ends in dead letters instead of looping', async () => {
     const [id] = await insertEvents(db.pool, 1);
-    for (let i = 0; i < 3; i++) {
-      // Each claim is one attempt whose relay dies before recording anything.
+    // Each claim is one attempt whose relay dies before recording anything.
+    const claimAfterCrash = async () => {
       await db.pool.query("UPDATE outbox_events SET locked_until = now() - interval '1 second'");
-      const claim = await claimBatch(db.pool, {
+      return claimBatch(db.pool, {
         limit: 10,
         leaseMs: 60_000,
         leaseId: randomUUID(),
         maxAttempts: 3,
         ordered: false,
       });
-      expect(claim.events.map((e) => e.id)).toEqual([id]);
+    };
+    for (let i = 0; i < 3; i++) {
+      expect((await claimAfterCrash()).events.map((e) => e.id)).toEqual([id]);
     }
-    await db.pool.query("UPDATE outbox_events SET locked_until = now() - interval '1 second'");
-    const claim = await claimBatch(db.pool, {
-      limit: 10,
-      leaseMs: 60_000,
-      leaseId: randomUUID(),
-      maxAttempts: 3,
-      ordered: false,
-    });
+    const claim = await claimAfterCrash();
     expect(claim.events).toEqual([]);
     expect(claim.exhausted.map((e) => e.id)).toEqual([id]);
     const [row] = await eventRows(db.pool);

@@ -1,0 +1,42 @@
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type pg from 'pg';
+import { createAwsPublisher } from '../../lib/publish/router.js';
+import type { RouteConfig } from '../../lib/publish/routes.js';
+import type { RelayOptions } from '../../lib/relay/options.js';
+import { Relay } from '../../lib/relay/relay.js';
+import { captureLogger, captureMetrics } from './events.js';
+
+/**
+ * A relay publishing through the real AWS publisher to the emulator, with
+ * test-friendly settings (no safety margin, short idle wait, jitter fixed at
+ * 0.5) and its log lines and metrics captured.
+ */
+export function emulatorRelay(
+  pool: pg.Pool,
+  clients: { sqs: SQSClient; eventBridge: EventBridgeClient },
+  routes: RouteConfig[],
+  options: RelayOptions = {},
+) {
+  const log = captureLogger();
+  const metrics = captureMetrics();
+  const publisher = createAwsPublisher({
+    routes,
+    sqs: clients.sqs,
+    eventBridge: clients.eventBridge,
+    source: 'outbox',
+    concurrency: 4,
+  });
+  const relay = new Relay({
+    db: pool,
+    publisher,
+    options: { safetyMarginMs: 0, idleWaitMs: 20, ...options },
+    logger: log.logger,
+    metrics: metrics.metrics,
+    random: () => 0.5,
+  });
+  return { relay, log, metrics, publisher };
+}
+
+/** Runs the relay until a claim finds nothing to do. */
+export const drainUntilIdle = (relay: Relay) => relay.run({ remainingMs: () => 60_000, stopWhenIdle: true });
