@@ -22,6 +22,11 @@ export interface OutboxEvent {
   aggregateId: string;
   eventType: string;
   payload: unknown;
+  /**
+   * The payload exactly as committed (`payload::text`): published as-is, so
+   * big integers and decimals reach the broker unrounded.
+   */
+  payloadJson: string;
   headers: Record<string, string>;
   createdAt: Date;
   /** Claims so far, this one included. */

@@ -72,7 +72,7 @@ SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 EN
       ELSE e.last_error END
 FROM picked
 WHERE e.id = picked.id
-RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.headers,
+RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted`;
 }
 
@@ -85,6 +85,7 @@ interface Row {
   aggregate_id: string;
   event_type: string;
   payload: unknown;
+  payload_json: string;
   headers: Record<string, string>;
   created_at: Date;
   attempts: number;
@@ -119,6 +120,7 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
         aggregateId: row.aggregate_id,
         eventType: row.event_type,
         payload: row.payload,
+        payloadJson: row.payload_json,
         headers: row.headers,
         createdAt: row.created_at,
         attempts: row.attempts,
