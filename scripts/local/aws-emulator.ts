@@ -53,6 +53,8 @@ const EMULATORS: Record<EmulatorName, EmulatorSpec> = {
 export interface LocalAws {
   endpoint: string;
   source: 'env' | EmulatorName;
+  /** Process id of the emulator this process started (absent for `AWS_ENDPOINT_URL`). */
+  pid?: number;
   stop(): Promise<void>;
 }
 
@@ -139,6 +141,7 @@ export async function startLocalAws(
   return {
     endpoint,
     source: name,
+    pid: child.pid,
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();
