@@ -3,7 +3,7 @@ import { withTransaction } from '../lib/db/transaction.js';
 import { ValidationError } from '../lib/errors.js';
 import { createOrder } from '../lib/example/orders.js';
 import { enqueueEvent, enqueueEvents } from '../lib/outbox/enqueue.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES } from '../lib/outbox/limits.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH } from '../lib/outbox/limits.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();
@@ -125,11 +125,16 @@ describe('enqueueEvents', () => {
     ['aggregate type too long', { aggregateType: 'a'.repeat(256) }, 'events[1].aggregateType', /at most 255/],
     ['aggregate id too long', { aggregateId: 'é'.repeat(256) }, 'events[1].aggregateId', /at most 255/],
     ['event type too long', { eventType: 't'.repeat(129) }, 'events[1].eventType', /at most 128/],
-    ['circular payload', { payload: circular }, 'events[1].payload', /not JSON-serializable/],
-    ['bigint payload', { payload: { n: 1n } }, 'events[1].payload', /not JSON-serializable/],
+    ['circular payload', { payload: circular }, 'events[1].payload.self', /circular reference/],
+    [
+      'bigint payload',
+      { payload: { n: 1n } },
+      'events[1].payload.n',
+      /BigInt, which is not JSON-serializable/,
+    ],
     ['undefined payload', { payload: undefined }, 'events[1].payload', /not JSON-serializable/],
     ['function payload', { payload: () => 1 }, 'events[1].payload', /not JSON-serializable/],
-    ['NUL in payload', { payload: { s: 'a\u0000b' } }, 'events[1].payload', /NUL/],
+    ['NUL in payload', { payload: { s: 'a\u0000b' } }, 'events[1].payload.s', /NUL/],
     [
       'oversize payload',
       { payload: 'x'.repeat(DEFAULT_MAX_PAYLOAD_BYTES) },
@@ -138,6 +143,46 @@ describe('enqueueEvents', () => {
     ],
     ['non-string header', { headers: { n: 1 } }, 'events[1].headers.n', /must be a string/],
     ['bad id', { id: 'not-a-uuid' }, 'events[1].id', /UUID/],
+    // Headers must be a plain object of strings: anything else used to be
+    // stored as some other JSON value that no consumer could read as headers.
+    ['Date as headers', { headers: new Date() }, 'events[1].headers', /plain object.*got a Date object/],
+    ['Map as headers', { headers: new Map([['a', 'b']]) }, 'events[1].headers', /got a Map object/],
+    ['class instance as headers', { headers: new (class Trace {})() }, 'events[1].headers', /got a Trace/],
+    ['array as headers', { headers: ['a'] }, 'events[1].headers', /got an array/],
+    ['string as headers', { headers: 'traceparent' }, 'events[1].headers', /got string/],
+    // A lone surrogate fails jsonb's INSERT halfway through the caller's transaction.
+    [
+      'lone surrogate deep in the payload',
+      { payload: { items: [{ name: 'ok' }, { name: 'x\uDC00' }] } },
+      'events[1].payload.items[1].name',
+      /lone UTF-16 surrogate \(\\udc00\)/,
+    ],
+    [
+      'lone surrogate in a payload key',
+      { payload: { list: [{ 'k\uD83D': 1 }] } },
+      'events[1].payload.list[0]["k\\ud83d"]',
+      /has a name that contains a lone UTF-16 surrogate/,
+    ],
+    ['lone surrogate in a header', { headers: { t: '\uD800' } }, 'events[1].headers.t', /lone UTF-16/],
+    ['lone surrogate in the aggregate id', { aggregateId: 'a\uDBFF' }, 'events[1].aggregateId', /lone/],
+    // SQS refuses U+FFFE/U+FFFF anywhere (JSON does not escape them), and control
+    // characters in the raw attribute values (event type, aggregate type and id).
+    ['U+FFFF in the payload', { payload: ['\uFFFF'] }, 'events[1].payload[0]', /U\+FFFF, which SQS refuses/],
+    [
+      'U+FFFE in a header name',
+      { headers: { 'x\uFFFE': 'v' } },
+      'events[1].headers["x\uFFFE"]',
+      /has a name that contains the character U\+FFFE/,
+    ],
+    ['control character in the event type', { eventType: 'order\u0001' }, 'events[1].eventType', /U\+0001/],
+    ['U+FFFE in the aggregate type', { aggregateType: 'o\uFFFE' }, 'events[1].aggregateType', /U\+FFFE/],
+    ['escape in the aggregate id', { aggregateId: 'a\u001bb' }, 'events[1].aggregateId', /U\+001B/],
+    ['NUL in a payload key', { payload: { 'a\u0000': 1 } }, 'events[1].payload["a\\u0000"]', /NUL/],
+    // EventBridge accepts JSON integers within 64 bits only.
+    ['2^63 in the payload', { payload: { n: 2 ** 63 } }, 'events[1].payload.n', /outside the 64-bit/],
+    ['-2^63 in the payload', { payload: { n: -(2 ** 63) } }, 'events[1].payload.n', /outside the 64-bit/],
+    ['1e21 in the payload', { payload: { a: [1, 1e21] } }, 'events[1].payload.a[1]', /outside the 64-bit/],
+    ['bigint deep in the payload', { payload: { a: [{ n: 10n }] } }, 'events[1].payload.a[0].n', /BigInt/],
   ];
   it.each(cases)(
     '%s → ValidationError naming the field, nothing written',
@@ -149,6 +194,45 @@ describe('enqueueEvents', () => {
       expect(await counts()).toEqual({ orders: 0, events: 0 });
     },
   );
+
+  it('refuses nesting deeper than EventBridge processes, naming where it goes too deep', async () => {
+    const nested = (levels: number): unknown => {
+      let value: unknown = 'leaf';
+      for (let i = 0; i < levels; i++) value = [value];
+      return value;
+    };
+    const error = await enqueueEvents(db.pool, [
+      valid,
+      { ...valid, payload: nested(MAX_PAYLOAD_DEPTH + 1) },
+    ]).catch((e) => e);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error.field).toBe(`events[1].payload${'[0]'.repeat(MAX_PAYLOAD_DEPTH)}`);
+    expect(error.message).toMatch(/nests deeper than the 998 levels EventBridge processes/);
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+
+    await enqueueEvent(db.pool, { ...valid, payload: nested(MAX_PAYLOAD_DEPTH) });
+    expect(await counts()).toEqual({ orders: 0, events: 1 });
+  });
+
+  it('accepts what every hop carries: escaped control characters, 64-bit edges, dates, a literal \\u0000', async () => {
+    const payload = {
+      text: 'tab\tline\nbell\u0007esc\u001b',
+      emoji: '😀',
+      near: [2 ** 63 - 1024, -(2 ** 63) + 1024],
+      at: new Date('2024-01-02T03:04:05.678Z'),
+      backslash: '\\u0000 and \\ud800 are text here',
+      tiny: 1.5e-7,
+    };
+    const id = await enqueueEvent(db.pool, {
+      ...valid,
+      aggregateId: 'tab\tis fine',
+      payload,
+      headers: { traceparent: 'a\u0001b' },
+    });
+    const { rows } = await db.pool.query('SELECT payload, headers FROM outbox_events WHERE id = $1', [id]);
+    expect(rows[0].payload).toEqual(JSON.parse(JSON.stringify(payload)));
+    expect(rows[0].headers).toEqual({ traceparent: 'a\u0001b' });
+  });
 
   it('honours a configured payload limit', async () => {
     const error = await enqueueEvent(

@@ -1,13 +1,17 @@
 /**
  * Sizes fixed by the brokers. SQS and EventBridge both accept 256 KiB per
- * message (SQS also counts message attributes; EventBridge counts Source,
- * DetailType and Detail). The event's payload and headers travel inside an
- * envelope, so the default payload limit leaves room for the envelope.
+ * message (SQS counts the body and the message attributes; EventBridge counts
+ * Source, DetailType and Detail). The write API checks the exact message the
+ * transports will send against this limit.
  */
 export const BROKER_MESSAGE_MAX_BYTES = 256 * 1024;
 
-/** Default maximum serialized payload: 256 KiB less 8 KiB for envelope and headers. */
-export const DEFAULT_MAX_PAYLOAD_BYTES = BROKER_MESSAGE_MAX_BYTES - 8 * 1024;
+/**
+ * Optional limit on the payload alone (its JSON as PostgreSQL stores it). Off
+ * by default (the whole message is what must fit); kept for callers that want
+ * a tighter bound of their own.
+ */
+export const DEFAULT_MAX_PAYLOAD_BYTES = BROKER_MESSAGE_MAX_BYTES;
 
 /** Maximum serialized size of an event's headers. */
 export const MAX_HEADERS_BYTES = 4 * 1024;
@@ -17,3 +21,27 @@ export const MAX_AGGREGATE_TYPE_LENGTH = 255;
 export const MAX_AGGREGATE_ID_LENGTH = 255;
 /** EventBridge's DetailType limit; the event type becomes the DetailType. */
 export const MAX_EVENT_TYPE_LENGTH = 128;
+
+/**
+ * EventBridge's `Source` is at most 256 characters (and so the relay's config
+ * allows); as UTF-8 that is at most 768 bytes (a character outside the BMP
+ * takes two of the 256 UTF-16 units for its 4 bytes).
+ */
+export const MAX_EVENT_SOURCE_BYTES = 256 * 3;
+
+/**
+ * PutEvents "will only process nested JSON up to 1000 levels deep" (API
+ * reference, PutEvents; older SDK docs say 1100, we take the lower figure).
+ * The payload sits inside the envelope (Detail), which EventBridge places in
+ * the event it matches rules against, so two levels are taken already.
+ */
+export const MAX_PAYLOAD_DEPTH = 1000 - 2;
+
+/**
+ * PutEvents accepts JSON integers from -9,223,372,036,854,775,808 to
+ * 9,223,372,036,854,775,807. 2^63 is exactly representable as a double; every
+ * double at or beyond ±2^63 is an integer that is published out of that range
+ * (the relay publishes PostgreSQL's text of the number, never an exponent form,
+ * and -2^63 as a double prints as -9223372036854776000).
+ */
+export const INT64_BOUND = 2 ** 63;

@@ -2,15 +2,17 @@ import { randomUUID } from 'node:crypto';
 import { ValidationError } from '../errors.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
+  INT64_BOUND,
   MAX_AGGREGATE_ID_LENGTH,
   MAX_AGGREGATE_TYPE_LENGTH,
   MAX_EVENT_TYPE_LENGTH,
   MAX_HEADERS_BYTES,
+  MAX_PAYLOAD_DEPTH,
 } from './limits.js';
 import type { NewOutboxEvent } from './types.js';
 
 export interface ValidateOptions {
-  /** Maximum UTF-8 size of the serialized payload. */
+  /** Optional limit on the payload's JSON as stored (bytes); off by default. */
   maxPayloadBytes?: number;
 }
 
@@ -26,23 +28,242 @@ export interface ValidEvent {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/**
+ * What reaches a broker and how, which decides the characters each field may
+ * hold. SQS accepts only #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD |
+ * #x10000-#x10FFFF in the body and in attribute values (SendMessage API
+ * reference); PostgreSQL cannot store U+0000 in text or jsonb, nor a lone
+ * surrogate in jsonb (and `pg` would silently turn one in text into U+FFFD).
+ *
+ * - Event type, aggregate type and id are SQS message attributes, sent raw: no
+ *   C0 control character but tab, LF and CR, no U+FFFE/U+FFFF.
+ * - Payload and header strings (and keys) travel inside the JSON body, where
+ *   JSON escapes every control character (U+0001 becomes `\u0001`, which SQS
+ *   accepts); U+FFFE and U+FFFF are not escaped and reach SQS as they are.
+ */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
+const NOT_IN_ATTRIBUTE = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]/;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: U+0000 is what it finds
+const NOT_IN_JSON_STRING = /[\u0000\uFFFE\uFFFF]/;
+/**
+ * Screens a whole JSON text at native speed: JSON.stringify writes a lone
+ * surrogate as `\udXXX` and U+0000 as `\u0000`; U+FFFE/U+FFFF stay raw. A hit
+ * may be a false alarm (an escaped backslash before "u0000"); the payload is
+ * then walked string by string to find the field, if any.
+ */
+const SUSPECT_IN_JSON_TEXT = /\\u(?:0000|d[89a-f])|[\uFFFE\uFFFF]/;
+
+const isWellFormed = (text: string): boolean =>
+  (text as unknown as { isWellFormed(): boolean }).isWellFormed();
+
+/** Why `text` cannot be stored or published, or undefined when it can. */
+function badChars(text: string, forbidden: RegExp): string | undefined {
+  if (!isWellFormed(text)) {
+    const lone = (/\p{Cs}/u.exec(text)?.[0] ?? '').charCodeAt(0);
+    return `contains a lone UTF-16 surrogate (\\u${lone.toString(16)}), which PostgreSQL cannot store`;
+  }
+  const found = forbidden.exec(text)?.[0];
+  if (found === undefined) return undefined;
+  const code = found.charCodeAt(0);
+  if (code === 0) return 'contains a NUL character (\\u0000), which PostgreSQL cannot store';
+  return `contains the character U+${code.toString(16).toUpperCase().padStart(4, '0')}, which SQS refuses`;
+}
+
+function checkChars(field: string, text: string, forbidden: RegExp): void {
+  const problem = badChars(text, forbidden);
+  if (problem) throw new ValidationError(field, problem);
+}
+
 function requireText(field: string, value: unknown, max: number): string {
   if (typeof value !== 'string' || value.trim() === '') {
     throw new ValidationError(field, 'must be a non-empty string');
   }
   // varchar(n) counts characters (code points), not UTF-16 units.
-  const length = [...value].length;
+  const length = value.length <= max ? value.length : [...value].length;
   if (length > max) {
     throw new ValidationError(field, `must be at most ${max} characters, got ${length}`);
   }
-  if (value.includes('\u0000')) {
-    throw new ValidationError(field, 'must not contain NUL characters');
-  }
+  checkChars(field, value, NOT_IN_ATTRIBUTE);
   return value;
 }
 
-function serialize(field: string, value: unknown): string {
-  let json: string | undefined;
+const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
+
+/** `payload.items[3].name`, `headers["x-trace"]`. */
+function formatPath(root: string, keys: readonly (string | number)[]): string {
+  let path = root;
+  for (const key of keys) {
+    if (typeof key === 'number') path += `[${key}]`;
+    else path += IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+  }
+  return path;
+}
+
+/**
+ * One pass over a value, following JSON.stringify's rules (toJSON, boxed
+ * primitives, skipped undefined/function/symbol members), that refuses what
+ * JSON.stringify would throw on (BigInt, cycles) with the path of the culprit,
+ * and what EventBridge refuses (integers outside 64 bits, nesting deeper than
+ * it processes). It also counts the bytes PostgreSQL's jsonb text adds to
+ * JSON.stringify's (a space after every `:` and `,`; plain digits for small
+ * numbers JSON.stringify writes with an exponent), since the relay publishes
+ * the stored text.
+ */
+class JsonWalk {
+  /** Bytes `payload::text` has beyond JSON.stringify's output. */
+  extraStoredBytes = 0;
+  private readonly keys: (string | number)[] = [];
+  private readonly containers: object[] = [];
+
+  constructor(
+    private readonly root: string,
+    private readonly checkStrings: boolean,
+  ) {}
+
+  fail(message: string): never {
+    throw new ValidationError(formatPath(this.root, this.keys), message);
+  }
+
+  /** Returns false when JSON.stringify would leave the value out. */
+  visit(input: unknown, key: string, depth: number): boolean {
+    let value = input;
+    if (value !== null && (typeof value === 'object' || typeof value === 'bigint')) {
+      const toJSON = (value as { toJSON?: unknown }).toJSON;
+      if (typeof toJSON === 'function') {
+        try {
+          value = toJSON.call(value, key);
+        } catch (error) {
+          throw new ValidationError(
+            formatPath(this.root, this.keys),
+            `is not JSON-serializable (its toJSON threw: ${(error as Error).message})`,
+            { cause: error },
+          );
+        }
+      }
+    }
+    switch (typeof value) {
+      case 'string':
+        if (this.checkStrings) this.string(value);
+        return true;
+      case 'number':
+        this.number(value);
+        return true;
+      case 'boolean':
+        return true;
+      case 'bigint':
+        return this.fail(
+          'is a BigInt, which is not JSON-serializable; send it as a string (or as a number within ±2^53)',
+        );
+      case 'object':
+        if (value === null) return true;
+        return this.object(value, depth);
+      default:
+        // undefined, functions and symbols: left out of objects, null in arrays.
+        return false;
+    }
+  }
+
+  private string(value: string, what = ''): void {
+    if (!isWellFormed(value) || NOT_IN_JSON_STRING.test(value)) {
+      this.fail(`${what}${badChars(value, NOT_IN_JSON_STRING)}`);
+    }
+  }
+
+  private number(value: number): void {
+    if (value >= INT64_BOUND || value <= -INT64_BOUND) {
+      this.fail(
+        `is ${value}, outside the 64-bit integer range EventBridge accepts ` +
+          '(-9223372036854775808 to 9223372036854775807); send it as a string',
+      );
+    }
+    // JSON.stringify writes 1e-7 with an exponent; jsonb stores and prints
+    // 0.0000001. Only numbers this small change length.
+    if (value !== 0 && value > -1e-6 && value < 1e-6) {
+      const text = String(value);
+      const e = text.indexOf('e-');
+      if (e > 0) {
+        const mantissaDigits = text.slice(0, e).replace(/[-.]/g, '').length;
+        const exponent = Number(text.slice(e + 2));
+        const plain = (value < 0 ? 1 : 0) + 2 + (exponent - 1) + mantissaDigits;
+        this.extraStoredBytes += plain - text.length;
+      }
+    }
+  }
+
+  private object(value: object, depth: number): boolean {
+    if (value instanceof Number) {
+      this.number(Number(value));
+      return true;
+    }
+    if (value instanceof String) {
+      if (this.checkStrings) this.string(String(value));
+      return true;
+    }
+    if (value instanceof Boolean) return true;
+    if (value instanceof BigInt) {
+      return this.fail('is a BigInt, which is not JSON-serializable; send it as a string');
+    }
+    if (depth >= MAX_PAYLOAD_DEPTH) this.tooDeep(value);
+    this.containers.push(value);
+    if (Array.isArray(value)) {
+      const length = value.length;
+      if (length > 1) this.extraStoredBytes += length - 1;
+      for (let i = 0; i < length; i++) {
+        this.keys.push(i);
+        this.visit(value[i], String(i), depth + 1);
+        this.keys.pop();
+      }
+    } else {
+      let members = 0;
+      const record = value as Record<string, unknown>;
+      for (const key of Object.keys(record)) {
+        this.keys.push(key);
+        if (this.visit(record[key], key, depth + 1)) {
+          members++;
+          if (this.checkStrings) this.string(key, 'has a name that ');
+        }
+        this.keys.pop();
+      }
+      if (members > 0) this.extraStoredBytes += 2 * members - 1;
+    }
+    this.containers.pop();
+    return true;
+  }
+
+  private tooDeep(value: object): never {
+    // A cycle recurses until it reaches the depth limit: tell it apart, and
+    // name the member that closes the loop (containers[i] is reached through
+    // keys[0..i-1]).
+    const seen = new Set<object>();
+    for (let i = 0; i < this.containers.length; i++) {
+      const container = this.containers[i] as object;
+      if (seen.has(container)) {
+        this.keys.length = i;
+        break;
+      }
+      seen.add(container);
+    }
+    if (this.keys.length < this.containers.length || seen.has(value)) {
+      return this.fail('is a circular reference, which is not JSON-serializable');
+    }
+    return this.fail(
+      `nests deeper than the ${MAX_PAYLOAD_DEPTH} levels EventBridge processes under the envelope`,
+    );
+  }
+}
+
+interface SerializedPayload {
+  json: string;
+  /** UTF-8 size of the payload as PostgreSQL will store and the relay publish it. */
+  storedBytes: number;
+}
+
+function serializePayload(field: string, value: unknown): SerializedPayload {
+  const walk = new JsonWalk(field, false);
+  if (!walk.visit(value, '', 0)) {
+    throw new ValidationError(field, `is not JSON-serializable (got ${typeof value})`);
+  }
+  let json: string;
   try {
     json = JSON.stringify(value);
   } catch (error) {
@@ -50,13 +271,36 @@ function serialize(field: string, value: unknown): string {
       cause: error,
     });
   }
-  if (json === undefined) {
-    throw new ValidationError(field, `is not JSON-serializable (got ${typeof value})`);
+  if (SUSPECT_IN_JSON_TEXT.test(json)) {
+    // Rare: find the string or key at fault, with its path.
+    new JsonWalk(field, true).visit(value, '', 0);
   }
-  // PostgreSQL's jsonb cannot store \u0000; fail here with a clear message
-  // rather than with a database error halfway through the caller's transaction.
-  if (json.includes('\\u0000')) {
-    throw new ValidationError(field, 'contains a NUL character (\\u0000), which jsonb cannot store');
+  return { json, storedBytes: Buffer.byteLength(json, 'utf8') + walk.extraStoredBytes };
+}
+
+function checkHeaders(field: string, input: unknown): string {
+  const headers = input ?? {};
+  const proto = typeof headers === 'object' ? Object.getPrototypeOf(headers) : undefined;
+  if (proto !== Object.prototype && proto !== null) {
+    const got = Array.isArray(headers)
+      ? 'an array'
+      : typeof headers === 'object'
+        ? `a ${(headers as object).constructor?.name ?? 'non-plain'} object`
+        : typeof headers;
+    throw new ValidationError(field, `must be a plain object of string values, got ${got}`);
+  }
+  const record = headers as Record<string, unknown>;
+  for (const key of Object.keys(record)) {
+    const value = record[key];
+    const path = formatPath(field, [key]);
+    if (typeof value !== 'string') throw new ValidationError(path, 'must be a string');
+    const problem = badChars(key, NOT_IN_JSON_STRING);
+    if (problem) throw new ValidationError(path, `has a name that ${problem}`);
+    checkChars(path, value, NOT_IN_JSON_STRING);
+  }
+  const json = JSON.stringify(record);
+  if (Buffer.byteLength(json, 'utf8') > MAX_HEADERS_BYTES) {
+    throw new ValidationError(field, `must be at most ${MAX_HEADERS_BYTES} bytes serialized`);
   }
   return json;
 }
@@ -87,28 +331,14 @@ export function validateEvent(
     throw new ValidationError(`${path}.id`, 'must be a UUID');
   }
 
-  const payloadJson = serialize(`${path}.payload`, event.payload);
-  const payloadBytes = Buffer.byteLength(payloadJson, 'utf8');
-  if (payloadBytes > maxPayloadBytes) {
+  const payload = serializePayload(`${path}.payload`, event.payload);
+  if (payload.storedBytes > maxPayloadBytes) {
     throw new ValidationError(
       `${path}.payload`,
-      `is ${payloadBytes} bytes serialized, over the limit of ${maxPayloadBytes} bytes`,
+      `is ${payload.storedBytes} bytes serialized, over the limit of ${maxPayloadBytes} bytes`,
     );
   }
+  const headersJson = checkHeaders(`${path}.headers`, event.headers);
 
-  const headers = event.headers ?? {};
-  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) {
-    throw new ValidationError(`${path}.headers`, 'must be an object of string values');
-  }
-  for (const [key, value] of Object.entries(headers)) {
-    if (typeof value !== 'string') {
-      throw new ValidationError(`${path}.headers.${key}`, 'must be a string');
-    }
-  }
-  const headersJson = serialize(`${path}.headers`, headers);
-  if (Buffer.byteLength(headersJson, 'utf8') > MAX_HEADERS_BYTES) {
-    throw new ValidationError(`${path}.headers`, `must be at most ${MAX_HEADERS_BYTES} bytes serialized`);
-  }
-
-  return { id, aggregateType, aggregateId, eventType, payloadJson, headersJson };
+  return { id, aggregateType, aggregateId, eventType, payloadJson: payload.json, headersJson };
 }
