@@ -1,0 +1,177 @@
+import type { Pool } from 'pg';
+import { redriveDeadLetters } from '../../lib/operations/redrive.js';
+import type { RelayFleet } from './relays.js';
+import type { Rng } from './rng.js';
+import type { TargetProxy } from './target-proxy.js';
+
+export const FAULT_KINDS = [
+  'relay_kill',
+  'db_terminate',
+  'emulator_pause',
+  'target_refuse',
+  'target_blackhole',
+  'redrive',
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export interface FaultTiming {
+  /** Pause between two faults (ms), drawn uniformly. */
+  gapMs: [number, number];
+  /** How long the emulator stays stopped. */
+  pauseMs: [number, number];
+  /** How long the EventBridge target stays down. */
+  outageMs: [number, number];
+  /** How long a killed relay stays down before it is started again. */
+  downMs: [number, number];
+}
+
+export interface FaultDeps {
+  fleet: RelayFleet;
+  /** The emulator process (SIGSTOP / SIGCONT). */
+  emulatorPid: number;
+  proxy: TargetProxy;
+  /** A connection to the chaos database that is not a relay's. */
+  pool: Pool;
+  rng: Rng;
+  timing: FaultTiming;
+  say: (line: string) => void;
+}
+
+export interface FaultRecord {
+  at_s: number;
+  kind: FaultKind;
+  detail: string;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+
+/**
+ * Injects faults at random (seeded) until stopped. Each round goes through
+ * every kind once in a shuffled order, so even a short run sees each kind.
+ * Faults with a duration (pause, outage, a relay down) run in the background
+ * and may overlap with the next ones; {@link stop} ends them all.
+ */
+export class FaultInjector {
+  readonly counts = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
+  readonly log: FaultRecord[] = [];
+  readonly redriven = { runs: 0, reset: 0 };
+  private readonly running = new Set<Promise<void>>();
+  private paused = false;
+  private outage = false;
+  private started = Date.now();
+  private readonly stopped = new AbortController();
+
+  constructor(private readonly deps: FaultDeps) {}
+
+  async run(signal: AbortSignal): Promise<void> {
+    this.started = Date.now();
+    const { rng, timing } = this.deps;
+    while (!signal.aborted) {
+      for (const kind of rng.shuffle(FAULT_KINDS)) {
+        await sleep(rng.int(...timing.gapMs), signal);
+        if (signal.aborted) return;
+        await this.inject(kind).catch((error) => this.deps.say(`fault ${kind} failed: ${String(error)}`));
+      }
+    }
+  }
+
+  private note(kind: FaultKind, detail: string) {
+    this.counts[kind]++;
+    this.log.push({ at_s: Math.round((Date.now() - this.started) / 100) / 10, kind, detail });
+  }
+
+  private background(work: Promise<void>) {
+    const tracked = work.catch((error) => this.deps.say(`fault failed: ${String(error)}`));
+    this.running.add(tracked);
+    void tracked.finally(() => this.running.delete(tracked));
+  }
+
+  private async inject(kind: FaultKind): Promise<void> {
+    const { fleet, rng, timing, proxy, pool } = this.deps;
+    switch (kind) {
+      case 'relay_kill': {
+        const index = rng.int(1, fleet.size);
+        if (!fleet.kill(index)) return;
+        const downMs = rng.int(...timing.downMs);
+        this.note(kind, `relay-${index} SIGKILL, restarted after ${downMs} ms`);
+        this.background(sleep(downMs, this.stopped.signal).then(() => fleet.restart(index)));
+        return;
+      }
+      case 'db_terminate': {
+        const { rows } = await pool.query(
+          `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND application_name LIKE 'chaos-relay-%'`,
+        );
+        this.note(kind, `${rows[0].n} relay connections terminated`);
+        return;
+      }
+      case 'emulator_pause': {
+        if (this.paused) return;
+        const ms = rng.int(...timing.pauseMs);
+        this.paused = true;
+        process.kill(this.deps.emulatorPid, 'SIGSTOP');
+        this.note(kind, `emulator SIGSTOP for ${ms} ms`);
+        this.background(
+          sleep(ms, this.stopped.signal).then(() => {
+            process.kill(this.deps.emulatorPid, 'SIGCONT');
+            this.paused = false;
+          }),
+        );
+        return;
+      }
+      case 'target_refuse':
+      case 'target_blackhole': {
+        if (this.outage) return;
+        const ms = rng.int(...timing.outageMs);
+        this.outage = true;
+        proxy.setMode(kind === 'target_refuse' ? 'refuse' : 'blackhole');
+        this.note(kind, `EventBridge ${kind === 'target_refuse' ? 'refusing' : 'black-holed'} for ${ms} ms`);
+        this.background(
+          sleep(ms, this.stopped.signal).then(() => {
+            proxy.setMode('pass');
+            this.outage = false;
+          }),
+        );
+        return;
+      }
+      case 'redrive': {
+        const result = await redriveDeadLetters(pool, {
+          all: true,
+          limit: 10_000,
+          requestedBy: 'chaos-suite',
+        });
+        this.redriven.runs++;
+        this.redriven.reset += result.reset;
+        this.note(kind, `${result.reset} dead letters redriven`);
+        return;
+      }
+    }
+  }
+
+  /** Ends every fault in progress: emulator continued, target up, killed relays restarted. */
+  async stop(): Promise<void> {
+    this.stopped.abort();
+    await Promise.all([...this.running]);
+    this.resumeNow();
+    await this.deps.fleet.restartAll();
+  }
+
+  /** Synchronous part of {@link stop}, also used on exit. */
+  resumeNow(): void {
+    try {
+      process.kill(this.deps.emulatorPid, 'SIGCONT');
+    } catch {
+      // gone already
+    }
+    this.paused = false;
+    this.deps.proxy.setMode('pass');
+    this.outage = false;
+  }
+}

@@ -1,0 +1,16 @@
+/** What a relay process tells the suite over IPC, one message per invocation. */
+export type RelayReport =
+  | {
+      type: 'invocation';
+      ms: number;
+      claimed: number;
+      published: number;
+      retried: number;
+      deadLettered: number;
+      leaseLost: number;
+    }
+  | { type: 'error'; ms: number; error: string }
+  | { type: 'ready' };
+
+/** Exit code of a relay process whose invocation outlived its budget (as `timeout(1)`). */
+export const TIMEOUT_EXIT_CODE = 124;

@@ -1,0 +1,323 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import pg from 'pg';
+import { migrate } from '../../lib/db/migrate.js';
+import { redriveDeadLetters } from '../../lib/operations/redrive.js';
+import { dropDatabase, ensureDatabase } from '../local/postgres.js';
+import { FaultInjector, type FaultKind, type FaultRecord, type FaultTiming } from './faults.js';
+import { LEDGER_DDL, Producer } from './producer.js';
+import { receiveEverything } from './receiver.js';
+import { type FleetStats, RelayFleet } from './relays.js';
+import { createChaosTargets } from './resources.js';
+import type { Rng } from './rng.js';
+import { type ProxyCounts, TargetProxy } from './target-proxy.js';
+import { countLogLines, storedIds, tableState, verifyReceived } from './verify.js';
+
+export type ChaosMode = 'standard' | 'fifo';
+
+export interface ModeSettings {
+  mode: ChaosMode;
+  /** Committed events to write. */
+  events: number;
+  /** Time to write them in; faults run for as long. */
+  produceMs: number;
+  aggregates: number;
+  faults: boolean;
+  timing: FaultTiming;
+  /** Give up waiting for the relays to drain after this long. */
+  drainTimeoutMs: number;
+  /** Relay number that reports events published without sending them. */
+  brokenRelay?: number;
+}
+
+/** The relays' settings: serverless.yml's, with time compressed about 4× (see the README). */
+export const RELAY_SETTINGS = {
+  relays: 3,
+  budgetMs: 20_000,
+  env: {
+    OUTBOX_BATCH_SIZE: '100',
+    OUTBOX_CONCURRENCY: '4',
+    OUTBOX_MAX_ATTEMPTS: '10',
+    OUTBOX_LEASE_MS: '30000',
+    OUTBOX_SAFETY_MARGIN_MS: '5000',
+    OUTBOX_IDLE_WAIT_MS: '500',
+    OUTBOX_LISTEN: 'false',
+    OUTBOX_BACKOFF_BASE_MS: '500',
+    OUTBOX_BACKOFF_MAX_MS: '20000',
+  },
+};
+
+export interface ModeResult {
+  mode: ChaosMode;
+  ordering: 'none' | 'aggregate';
+  passed: boolean;
+  failures: string[];
+  events_committed: number;
+  events_rolled_back: number;
+  events_uncertain_settled: { committed: number; rolled_back: number };
+  producer: Producer['counts'];
+  produce_s: number;
+  /** Seconds from the end of faults (and writes) until nothing was left unfinished; null: never. */
+  drain_s_after_faults: number | null;
+  lost: number;
+  lost_by_destination: { queue: number; bus: number };
+  rolled_back_seen: number;
+  /** Rolled-back events found in the outbox table (must be 0). */
+  rolled_back_stored: number;
+  unknown_seen: number;
+  stuck: number;
+  leased_at_end: number;
+  order_violations: number | null;
+  order_violations_interleaved: number | null;
+  duplicates: number;
+  dead_letters: number;
+  dead_letters_left: number;
+  final_redrive: number;
+  faults: Record<FaultKind, number>;
+  redriven_during_faults: number;
+  relays: FleetStats;
+  eventbridge_connections: ProxyCounts;
+  received: { queue: number; bus_queue: number; complete: boolean };
+  log_lines: Record<string, number>;
+  samples: Record<string, string[]>;
+  fault_log: FaultRecord[];
+}
+
+export interface ScenarioContext {
+  adminUrl: string;
+  awsEndpoint: string;
+  emulatorPid: number;
+  sqs: SQSClient;
+  eventBridge: EventBridgeClient;
+  rng: Rng;
+  logDir: string;
+  say: (line: string) => void;
+  /** Called with the run's fleet and faults so that an interrupt can stop them. */
+  register: (parts: { fleet: RelayFleet; faults: FaultInjector }) => void;
+}
+
+const DATABASE = 'outbox_chaos';
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const seconds = (ms: number) => Math.round(ms / 100) / 10;
+
+async function waitForDrain(pool: pg.Pool, timeoutMs: number): Promise<number | null> {
+  const started = Date.now();
+  while (Date.now() - started < timeoutMs) {
+    const state = await tableState(pool).catch(() => undefined);
+    if (state && state.unfinished === 0) return Date.now() - started;
+    await sleep(250);
+  }
+  return null;
+}
+
+/** One mode of the suite: fresh database and queues, relays, producer and faults, drain, checks. */
+export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Promise<ModeResult> {
+  const { say } = ctx;
+  const fifo = settings.mode === 'fifo';
+  const rng = ctx.rng.fork(settings.mode);
+
+  await dropDatabase(ctx.adminUrl, DATABASE);
+  const databaseUrl = await ensureDatabase(ctx.adminUrl, DATABASE);
+  await migrate({ databaseUrl });
+  const suitePool = new pg.Pool({ connectionString: databaseUrl, max: 3, application_name: 'chaos-suite' });
+  const producerPool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: 16,
+    application_name: 'chaos-producer',
+  });
+  for (const p of [suitePool, producerPool]) p.on('error', () => {});
+  await suitePool.query(LEDGER_DDL);
+
+  const runId = `${settings.mode}-${randomBytes(4).toString('hex')}`;
+  const targets = await createChaosTargets(ctx.sqs, ctx.eventBridge, runId, fifo);
+  const proxy = await TargetProxy.start(ctx.awsEndpoint);
+  const logDir = path.join(ctx.logDir, settings.mode);
+  const fleet = new RelayFleet({
+    count: RELAY_SETTINGS.relays,
+    brokenRelay: settings.brokenRelay,
+    logDir,
+    say,
+    env: {
+      ...RELAY_SETTINGS.env,
+      DATABASE_URL: databaseUrl,
+      OUTBOX_ROUTES: JSON.stringify(targets.routes),
+      OUTBOX_ORDERING: fifo ? 'aggregate' : 'none',
+      OUTBOX_EVENT_SOURCE: 'outbox',
+      AWS_ENDPOINT_URL: ctx.awsEndpoint,
+      // Only EventBridge goes through the proxy, so one target can fail alone.
+      AWS_ENDPOINT_URL_EVENTBRIDGE: proxy.endpoint,
+      POWERTOOLS_SERVICE_NAME: 'outbox-relay',
+      POWERTOOLS_LOG_LEVEL: 'WARN',
+      POWERTOOLS_METRICS_DISABLED: 'true',
+      CHAOS_BUDGET_MS: String(RELAY_SETTINGS.budgetMs),
+    },
+  });
+  const faults = new FaultInjector({
+    fleet,
+    emulatorPid: ctx.emulatorPid,
+    proxy,
+    pool: suitePool,
+    rng: rng.fork('faults'),
+    timing: settings.timing,
+    say,
+  });
+  ctx.register({ fleet, faults });
+
+  const producer = new Producer({
+    pool: producerPool,
+    rng: rng.fork('producer'),
+    events: settings.events,
+    durationMs: settings.produceMs,
+    aggregates: settings.aggregates,
+    concurrency: 6,
+    throwRate: 0.07,
+    swallowRate: 0.07,
+    interleaveRate: fifo ? 0.03 : 0,
+  });
+
+  let progress: NodeJS.Timeout | undefined;
+  try {
+    await fleet.start();
+    say(
+      `${settings.mode}: ${settings.events} events over ${seconds(settings.produceMs)} s, ${RELAY_SETTINGS.relays} relays${fifo ? ' (ordering: aggregate, FIFO queue)' : ''}${settings.faults ? ', faults on' : ', no faults'}${settings.brokenRelay ? `, relay-${settings.brokenRelay} broken` : ''}; logs in ${logDir}`,
+    );
+    const started = Date.now();
+    const faultsDone = new AbortController();
+    progress = setInterval(async () => {
+      const state = await tableState(suitePool).catch(() => undefined);
+      say(
+        `  ${String(seconds(Date.now() - started)).padStart(5)} s  committed ${producer.committed.size}  unfinished ${state?.unfinished ?? '?'}  published ${fleet.stats.published}  faults ${faults.log.length}${fleet.stats.invocations_over_budget ? `  over budget ${fleet.stats.invocations_over_budget}` : ''}`,
+      );
+    }, 10_000);
+    const faultRun = settings.faults ? faults.run(faultsDone.signal) : Promise.resolve();
+    await producer.run(new AbortController().signal);
+    const produceMs = Date.now() - started;
+    faultsDone.abort();
+    await faultRun;
+    await faults.stop();
+    say(`  writes and faults stopped after ${seconds(produceMs)} s; draining`);
+
+    const drainMs = await waitForDrain(suitePool, settings.drainTimeoutMs);
+    clearInterval(progress);
+    // Whatever was dead-lettered during the run gets one more chance, as an operator would give it.
+    let finalRedrive = 0;
+    for (;;) {
+      const { reset } = await redriveDeadLetters(suitePool, {
+        all: true,
+        limit: 10_000,
+        requestedBy: 'chaos-suite',
+      });
+      finalRedrive += reset;
+      if (reset < 10_000) break;
+    }
+    if (finalRedrive > 0) {
+      say(`  redrove ${finalRedrive} dead letters; draining again`);
+      await waitForDrain(suitePool, Math.min(settings.drainTimeoutMs, 60_000));
+    }
+    await fleet.stop();
+
+    // The producer's view, settled where a COMMIT's outcome was unknown.
+    const uncertainIds = [...producer.uncertain.keys()];
+    const storedUncertain = await storedIds(suitePool, uncertainIds);
+    for (const [id, event] of producer.uncertain) {
+      if (storedUncertain.has(id)) producer.committed.set(id, event);
+      else producer.rolledBack.add(id);
+    }
+    const rolledBackStored = (await storedIds(suitePool, [...producer.rolledBack])).size;
+    const table = await tableState(suitePool);
+
+    say(`  receiving from ${targets.queueUrl.split('/').pop()} and ${targets.busQueueUrl.split('/').pop()}`);
+    const [queue, busQueue] = await Promise.all([
+      receiveEverything(ctx.sqs, targets.queueUrl, { parallel: fifo ? 1 : 4, timeoutMs: 180_000 }),
+      receiveEverything(ctx.sqs, targets.busQueueUrl, { parallel: 2, timeoutMs: 180_000 }),
+    ]);
+    const verdict = verifyReceived(
+      producer.committed,
+      producer.rolledBack,
+      queue.messages,
+      busQueue.messages,
+      fifo,
+    );
+
+    const logText = fs
+      .readdirSync(logDir)
+      .map((f) => fs.readFileSync(path.join(logDir, f), 'utf8'))
+      .join('\n');
+    const logLines = countLogLines(logText, {
+      publish_failed_will_retry: /publish failed; will retry/,
+      dead_lettered: /event dead-lettered/,
+      lease_lost: /lease lost/,
+      sdk_request_timeout_only_warns: /throwOnRequestTimeout/,
+      invocation_failed: /^invocation \d+ failed/,
+      outlived_budget: /outlived its/,
+      uncaught: /^(Uncaught|node:internal|.*uncaughtException)/,
+    });
+
+    const result: ModeResult = {
+      mode: settings.mode,
+      ordering: fifo ? 'aggregate' : 'none',
+      passed: false,
+      failures: [],
+      events_committed: producer.committed.size,
+      events_rolled_back: producer.rolledBack.size,
+      events_uncertain_settled: {
+        committed: storedUncertain.size,
+        rolled_back: uncertainIds.length - storedUncertain.size,
+      },
+      producer: producer.counts,
+      produce_s: seconds(produceMs),
+      drain_s_after_faults: drainMs === null ? null : seconds(drainMs),
+      lost: verdict.lost,
+      lost_by_destination: verdict.lost_by_destination,
+      rolled_back_seen: verdict.rolled_back_seen,
+      rolled_back_stored: rolledBackStored,
+      unknown_seen: verdict.unknown_seen,
+      stuck: table.unfinished,
+      leased_at_end: table.leased,
+      order_violations: fifo ? verdict.order_violations : null,
+      order_violations_interleaved: fifo ? verdict.order_violations_interleaved : null,
+      duplicates: verdict.duplicates,
+      dead_letters: table.ever_dead_lettered,
+      dead_letters_left: table.dead_letters_now,
+      final_redrive: finalRedrive,
+      faults: faults.counts,
+      redriven_during_faults: faults.redriven.reset,
+      relays: fleet.stats,
+      eventbridge_connections: { ...proxy.counts },
+      received: {
+        queue: queue.messages.length,
+        bus_queue: busQueue.messages.length,
+        complete: queue.complete && busQueue.complete,
+      },
+      log_lines: logLines,
+      samples: {
+        lost: verdict.samples.lost,
+        order: verdict.samples.order,
+        relay_errors: fleet.samples.errors,
+        relay_crashes: fleet.samples.crashes,
+        producer_errors: producer.errorSamples,
+      },
+      fault_log: faults.log,
+    };
+    const checks: Array<[string, number | null]> = [
+      ['lost', result.lost],
+      ['rolled_back_seen', result.rolled_back_seen],
+      ['rolled_back_stored', result.rolled_back_stored],
+      ['stuck', result.stuck],
+      ['order_violations', result.order_violations],
+    ];
+    result.failures = checks.filter(([, v]) => v !== null && v > 0).map(([k, v]) => `${k} = ${v}`);
+    if (!result.received.complete) result.failures.push('the queues could not be emptied');
+    result.passed = result.failures.length === 0;
+    return result;
+  } finally {
+    clearInterval(progress);
+    faults.resumeNow();
+    await fleet.stop(5_000);
+    await proxy.stop();
+    await Promise.all([suitePool.end(), producerPool.end()]);
+  }
+}
