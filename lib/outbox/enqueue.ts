@@ -6,7 +6,19 @@ import { type ValidateOptions, type ValidEvent, validateEvent } from './validate
 /** Anything that can run a query: a `pg` client, usually inside a transaction. */
 export type Queryable = Pick<ClientBase, 'query'>;
 
-export type EnqueueOptions = ValidateOptions;
+export interface EnqueueOptions extends ValidateOptions {
+  /**
+   * Serialize producers of one aggregate (default `true`): the events of an
+   * aggregate get their `seq` only once every other open transaction that
+   * enqueued for it has ended, so per-aggregate seq order is commit order and
+   * an ordered relay publishes in commit order. The cost is one locked row per
+   * aggregate in `outbox_aggregate_locks`, held until the caller's transaction
+   * ends (a second writer of the same aggregate waits). Turn it off only when
+   * no two transactions ever write one aggregate at once, or when order does
+   * not matter. See docs/ordering.md.
+   */
+  lockAggregates?: boolean;
+}
 
 /** Above this many events, one INSERT is split into several (parameter arrays stay modest). */
 const INSERT_CHUNK = 1000;
@@ -19,11 +31,59 @@ const INSERT_EVENTS = `
   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
     AS e(id, aggregate_type, aggregate_id, event_type, payload, headers)`;
 
+// The same INSERT, but first locking every aggregate of the call, in one
+// statement (so it also holds for a caller that passes a pool: the statement
+// is then its own transaction). Why it is shaped this way:
+// - Per aggregate, INSERT ... ON CONFLICT either creates its lock row (a
+//   concurrent producer of the same aggregate then waits on our uncommitted
+//   row) or, when the row exists, locks it: PostgreSQL locks the conflicting
+//   row before it evaluates DO UPDATE's WHERE, and `WHERE false` then updates
+//   nothing, so no new row version is written. One pass per key, no separate
+//   INSERT-then-SELECT FOR UPDATE phases that could take locks out of order.
+// - Keys arrive deduplicated and sorted (by the caller, in code-point order)
+//   and are processed in that order (ORDER BY ordinality): two transactions
+//   locking overlapping sets of aggregates in one call cannot deadlock.
+// - The events' seq comes from nextval() in the outer INSERT's projection,
+//   which runs only after the one-time filter; that filter's InitPlan reads
+//   the whole \`locked\` CTE first. So every lock is held before any event of
+//   this call is numbered.
+// - A row lock, not pg_advisory_xact_lock: plain DML never pins a connection
+//   behind RDS Proxy and shares no key space with the application's own
+//   advisory locks (docs/ordering.md).
+const LOCK_AND_INSERT_EVENTS = `
+  WITH locked AS (
+    INSERT INTO outbox_aggregate_locks AS l (aggregate_type, aggregate_id)
+    SELECT t, i FROM unnest($7::text[], $8::text[]) WITH ORDINALITY AS k(t, i, n)
+    ORDER BY n
+    ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET created_at = l.created_at WHERE false
+    RETURNING 1
+  )
+${INSERT_EVENTS}
+  WHERE (SELECT count(*) FROM locked) >= 0`;
+
+/** Distinct (type, id) pairs of the events, in the one order every producer locks them in. */
+function aggregateKeys(events: readonly ValidEvent[]): [string[], string[]] {
+  const keys = new Map<string, [string, string]>();
+  for (const e of events)
+    keys.set(JSON.stringify([e.aggregateType, e.aggregateId]), [e.aggregateType, e.aggregateId]);
+  const sorted = [...keys.values()].sort(([t1, i1], [t2, i2]) =>
+    t1 !== t2 ? (t1 < t2 ? -1 : 1) : i1 < i2 ? -1 : i1 > i2 ? 1 : 0,
+  );
+  return [sorted.map(([t]) => t), sorted.map(([, i]) => i)];
+}
+
 /**
  * Writes events to the outbox on `client`, which should be inside the caller's
  * transaction so the events commit or roll back with the business data.
  * Every event is validated first; on a {@link ValidationError} nothing is
  * written. Returns the event ids in input order.
+ *
+ * Unless `lockAggregates: false`, the aggregates of the events are locked
+ * first (until the transaction ends), so two transactions writing one
+ * aggregate commit their events in seq order: see {@link EnqueueOptions}.
+ * Enqueue all of a transaction's events in one call where you can: locks
+ * taken by one call are ordered, locks taken across several calls of two
+ * transactions can deadlock (PostgreSQL then aborts one of them).
  *
  * @example
  * await withTransaction(pool, async (client) => {
@@ -47,16 +107,21 @@ export async function enqueueEvents(
     if (seen.has(event.id)) throw new ValidationError(`events[${i}].id`, 'is repeated in this call');
     seen.add(event.id);
   });
+  const lock = options.lockAggregates ?? true;
   for (let start = 0; start < valid.length; start += INSERT_CHUNK) {
     const chunk = valid.slice(start, start + INSERT_CHUNK);
-    await client.query(INSERT_EVENTS, [
+    const values = [
       chunk.map((e) => e.id),
       chunk.map((e) => e.aggregateType),
       chunk.map((e) => e.aggregateId),
       chunk.map((e) => e.eventType),
       chunk.map((e) => e.payloadJson),
       chunk.map((e) => e.headersJson),
-    ]);
+    ];
+    // The first statement locks every aggregate of the call (all of them, in
+    // order, not just this chunk's); later chunks run under those locks.
+    if (lock && start === 0) await client.query(LOCK_AND_INSERT_EVENTS, [...values, ...aggregateKeys(valid)]);
+    else await client.query(INSERT_EVENTS, values);
   }
   return valid.map((e) => e.id);
 }
