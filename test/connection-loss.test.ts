@@ -5,10 +5,13 @@ import { ConnectionLostError, guardPool } from '../lib/db/connection-guard.js';
 import { TransactionTimeoutError } from '../lib/db/guarded-client.js';
 import { withTransaction } from '../lib/db/transaction.js';
 import { DatabaseUnavailableError } from '../lib/errors.js';
+import { NullPublisher } from '../lib/publish/null-publisher.js';
+import type { Publisher } from '../lib/publish/types.js';
+import { Relay } from '../lib/relay/relay.js';
 import { useTestDatabase } from './support/database.js';
-import { captureLogger } from './support/events.js';
+import { captureLogger, eventRows, insertEvents } from './support/events.js';
 
-const db = useTestDatabase({ migrate: false });
+const db = useTestDatabase();
 
 // What reached the process unhandled. vitest would report it too, but after
 // the test; recording it here makes the test itself fail.
@@ -225,6 +228,38 @@ describe('withTransaction: deadline', () => {
     // The session's own timeout, not the deadline: reported as PostgreSQL said it.
     expect(error).not.toBeInstanceOf(TransactionTimeoutError);
     expect((error as { code?: string }).code).toBe('57014');
+    await pool.end();
+  });
+});
+
+describe('Relay: a bare pg.Pool', () => {
+  it('keeps running when its idle connections are terminated mid-run', async () => {
+    const pool = barePool('relay-idle', { max: 3 });
+    await insertEvents(db.pool, 30);
+    const sink = new NullPublisher();
+    let terminated = 0;
+    // While the batch is being published no statement runs: every connection
+    // of the relay's pool is idle, and each is terminated.
+    const publisher: Publisher = {
+      async publish(events) {
+        terminated += await terminateApplication('relay-idle');
+        await sleep(200);
+        return sink.publish(events);
+      },
+    };
+    const log = captureLogger();
+    const relay = new Relay({
+      db: pool,
+      publisher,
+      options: { safetyMarginMs: 0, workers: 1, batchSize: 10 },
+      logger: log.logger,
+    });
+    const summary = await relay.run({ remainingMs: () => 60_000, stopWhenIdle: true, skipStats: true });
+    expect(uncaught).toEqual([]);
+    expect(terminated).toBeGreaterThanOrEqual(3);
+    expect(summary.published).toBe(30);
+    expect((await eventRows(db.pool)).every((row) => row.processed_at !== null)).toBe(true);
+    expect(log.lines.filter((l) => l.message.startsWith('idle database connection lost'))).not.toEqual([]);
     await pool.end();
   });
 });

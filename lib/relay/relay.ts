@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { guardPool } from '../db/connection-guard.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
@@ -95,6 +96,7 @@ export class Relay {
     this.metrics = deps.metrics ?? noMetrics;
     this.workSignal = deps.workSignal ?? sleepSignal;
     this.random = deps.random ?? Math.random;
+    guardPool(deps.db, this.logger); // a dropped idle connection must not crash the process
   }
 
   /** One claim-publish-complete cycle. */
