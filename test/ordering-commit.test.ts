@@ -79,7 +79,7 @@ describe('enqueueEvents serializes the writers of one aggregate', () => {
     const e2id = await e2;
     await commit(t2);
     const [s1, s1b, s2] = await seqOf([e1, e1b, e2id]);
-    expect(s1 < (s1b as bigint)).toBe(true);
+    expect((s1 as bigint) < (s1b as bigint)).toBe(true);
     expect((s1b as bigint) < (s2 as bigint)).toBe(true);
   });
 
