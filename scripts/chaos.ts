@@ -200,6 +200,18 @@ const gitCommit = (() => {
     return undefined;
   }
 })();
+/** Product files that differ from the commit: the run tested those edits, not the commit alone. */
+const uncommitted = (() => {
+  try {
+    return execFileSync('git', ['status', '--porcelain', '--', 'lib', 'functions', 'migrations'], {
+      encoding: 'utf8',
+    })
+      .split('\n')
+      .filter(Boolean).length;
+  } catch {
+    return undefined;
+  }
+})();
 const passed = results.every((r) => r.passed);
 const report = {
   passed,
@@ -210,6 +222,7 @@ const report = {
   started_at: runStarted.toISOString(),
   duration_s: Math.round((Date.now() - runStarted.getTime()) / 1000),
   git_commit: gitCommit,
+  uncommitted_product_files: uncommitted,
   machine: {
     cpus: os.cpus().length,
     cpu: os.cpus()[0]?.model.trim(),
@@ -232,7 +245,9 @@ const out = opts.out ?? (short ? '.local/chaos-short.json' : 'bench/chaos.json')
 fs.mkdirSync(path.dirname(out), { recursive: true });
 fs.writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
 
-console.log(`\nchaos: seed ${seed}, ${report.duration_s} s, commit ${gitCommit ?? '?'}\n`);
+console.log(
+  `\nchaos: seed ${seed}, ${report.duration_s} s, commit ${gitCommit ?? '?'}${uncommitted ? ` + ${uncommitted} uncommitted product files` : ''}\n`,
+);
 console.log(resultTable(results));
 for (const r of results) {
   if (r.passed) continue;

@@ -247,8 +247,8 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       .map((f) => fs.readFileSync(path.join(logDir, f), 'utf8'))
       .join('\n');
     const logLines = countLogLines(logText, {
-      publish_failed_will_retry: /publish failed; will retry/,
-      dead_lettered: /event dead-lettered/,
+      publish_failed: /"message":"publish failed/,
+      dead_lettered: /"message":"event dead-lettered/,
       lease_lost: /lease lost/,
       sdk_request_timeout_only_warns: /throwOnRequestTimeout/,
       invocation_failed: /^invocation \d+ failed/,
