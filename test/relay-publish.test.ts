@@ -344,9 +344,13 @@ describe('relay → SQS and EventBridge', () => {
     ]);
   });
 
-  it('ordered mode: a backing-off event holds back its aggregate only; a dead letter stops holding it', async () => {
+  it('ordered mode: a backing-off event holds back its aggregate only; with deadLetterPolicy skip a dead letter stops holding it', async () => {
     const routes: RouteConfig[] = [{ match: 'order.*', targets: [{ type: 'sqs', queueUrl: fifo.url }] }];
-    const { relay } = relayFor(routes, { ordering: 'aggregate', backoff: { baseMs: 60_000, maxMs: 60_000 } });
+    const { relay } = relayFor(routes, {
+      ordering: 'aggregate',
+      deadLetterPolicy: 'skip',
+      backoff: { baseMs: 60_000, maxMs: 60_000 },
+    });
     // a: [unroutable, ok, ok]; b: [ok, ok]
     const ids = await insertEvents(db.pool, 5, (i) => ({
       aggregateId: i < 3 ? 'a' : 'b',

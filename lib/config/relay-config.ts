@@ -21,7 +21,8 @@ export interface RelayConfig {
  *
  * - `OUTBOX_ROUTES` (required): JSON array of `{ match, targets }`, e.g.
  *   `[{"match":"order.*","targets":[{"type":"sqs","queueUrl":"https://..."}]}]`
- * - `OUTBOX_EVENT_SOURCE` (default `outbox`), `OUTBOX_ORDERING` (`none` | `aggregate`)
+ * - `OUTBOX_EVENT_SOURCE` (default `outbox`), `OUTBOX_ORDERING` (`none` | `aggregate`),
+ *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_LISTEN`
@@ -50,6 +51,11 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       maxMs: readVar(env, 'OUTBOX_BACKOFF_MAX_MS', intVar(1, 86_400_000)),
     },
     ordering,
+    deadLetterPolicy: readVar(
+      env,
+      'OUTBOX_DEAD_LETTER_POLICY',
+      z.enum(['block', 'skip'], { error: 'expected "block" or "skip"' }).optional(),
+    ),
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
   };

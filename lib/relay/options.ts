@@ -13,6 +13,13 @@ export interface RelayOptions {
   backoff?: Partial<BackoffPolicy>;
   /** `aggregate`: an event is never published before an earlier one of its aggregate. Default `none`. */
   ordering?: 'none' | 'aggregate';
+  /**
+   * Ordered mode: what a dead letter does to its aggregate. `block` (default)
+   * holds the aggregate's later events until an operator redrives or discards
+   * the dead letter; `skip` lets them pass it (it can then only be published
+   * out of order).
+   */
+  deadLetterPolicy?: 'block' | 'skip';
   /** Stop claiming when less than this much invocation time is left. Default 10 s. */
   safetyMarginMs?: number;
   /** Wait between polls that found nothing (cut short by NOTIFY when listening). Default 200 ms. */
@@ -28,6 +35,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   maxAttempts: 20,
   backoff: { baseMs: 1_000, factor: 2, maxMs: 300_000 },
   ordering: 'none',
+  deadLetterPolicy: 'block',
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
 };

@@ -110,6 +110,7 @@ export class Relay {
       leaseId,
       maxAttempts: this.options.maxAttempts,
       ordered: this.options.ordering === 'aggregate',
+      deadLetterPolicy: this.options.deadLetterPolicy,
     });
     for (const dead of claim.exhausted) {
       report.deadLettered++;

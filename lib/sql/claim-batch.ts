@@ -14,6 +14,13 @@ export interface ClaimParams {
   maxAttempts: number;
   /** Per-aggregate ordering: only claim an aggregate's earliest unfinished event. */
   ordered: boolean;
+  /**
+   * Ordered mode only: `block` (the default) treats a dead letter as its
+   * aggregate's unfinished head, so nothing after it is claimed until an
+   * operator redrives or discards it; `skip` lets the aggregate's later
+   * events pass it.
+   */
+  deadLetterPolicy?: 'block' | 'skip';
 }
 
 export interface ClaimResult {
@@ -33,11 +40,80 @@ export interface ClaimResult {
 // - Every claim counts as an attempt. A row whose attempts are all used and is
 //   still unfinished lost its last lease without an outcome (it keeps killing
 //   the relay): it becomes a dead letter here instead of looping forever.
-// - Ordered mode claims only the head of each aggregate (no earlier unfinished
-//   event). Whether an earlier event is unfinished only changes when its
-//   outcome commits, so two relays can never hold two events of one aggregate.
-function claimSql(ordered: boolean): string {
+//
+// Ordered mode claims only the head of each aggregate (its earliest
+// unfinished event). Whether an earlier event is unfinished only changes when
+// its outcome commits, so two relays can never hold two events of one
+// aggregate. Its cost must depend neither on table statistics nor on how many
+// rows wait behind a blocked aggregate, so it never walks rows in seq order:
+// - `heads` is a recursive skip scan over outbox_events_unfinished_by_aggregate:
+//   each step is one `ORDER BY type, id, seq LIMIT 1` probe for the first
+//   unfinished row of the next aggregate. The planner has no cheaper way to
+//   answer that than the index, with or without statistics. Cost: one probe
+//   per aggregate that has unfinished events, however many rows each has (an
+//   aggregate with a million queued rows costs one probe, like one with one).
+// - Heads that cannot be claimed (leased, backing off, or with the `block`
+//   policy, preceded by a dead letter of their aggregate: a probe of
+//   outbox_events_dead_letters_by_aggregate) drop out; the oldest $1 of the
+//   rest, by seq, become an array of ids.
+// - `picked` locks those rows by primary key (id = ANY(array)). The re-check
+//   after the lock is written with num_nulls() rather than IS NULL on
+//   purpose: without statistics PostgreSQL guesses IS NULL matches 0.5% of
+//   rows, so a partial index whose predicate those conditions imply looks
+//   almost empty and it would walk it, filtering by id (the whole backlog).
+//   num_nulls() implies no partial index predicate; the primary key is the
+//   only index left. The same re-check runs on the newest row version after
+//   the lock (READ COMMITTED), so a head finished or claimed by another relay
+//   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
+// - With `skip`, dead letters are not unfinished: they fall out of the partial
+//   index and their aggregate's next event becomes its head.
+function orderedPicked(policy: 'block' | 'skip'): string {
   return `
+WITH RECURSIVE heads AS (
+  (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+   FROM outbox_events e
+   WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+   ORDER BY e.aggregate_type, e.aggregate_id, e.seq
+   LIMIT 1)
+  UNION ALL
+  SELECT next.*
+  FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+    FROM outbox_events e
+    WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+      AND (e.aggregate_type, e.aggregate_id) > (h.aggregate_type, h.aggregate_id)
+    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
+    LIMIT 1) next
+),
+picked AS (
+  SELECT e.id
+  FROM outbox_events e
+  WHERE e.id = ANY (ARRAY(
+      SELECT h.id FROM heads h
+      WHERE (h.locked_until IS NULL OR h.locked_until < now())
+        AND (h.retry_after IS NULL OR h.retry_after <= now())
+        ${
+          policy === 'block'
+            ? `AND NOT EXISTS (
+          SELECT 1 FROM outbox_events d
+          WHERE d.dead_lettered_at IS NOT NULL
+            AND d.aggregate_type = h.aggregate_type
+            AND d.aggregate_id = h.aggregate_id
+            AND d.seq < h.seq)`
+            : ''
+        }
+      ORDER BY h.seq
+      LIMIT $1))
+    AND num_nulls(e.processed_at, e.dead_lettered_at) = 2
+    AND (e.locked_until IS NULL OR e.locked_until < now())
+    AND (e.retry_after IS NULL OR e.retry_after <= now())
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+)`;
+}
+
+const UNORDERED_PICKED = `
 WITH picked AS (
   SELECT e.id
   FROM outbox_events e
@@ -45,21 +121,13 @@ WITH picked AS (
     AND e.dead_lettered_at IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
     AND (e.retry_after IS NULL OR e.retry_after <= now())
-    ${
-      ordered
-        ? `AND NOT EXISTS (
-      SELECT 1 FROM outbox_events p
-      WHERE p.aggregate_type = e.aggregate_type
-        AND p.aggregate_id = e.aggregate_id
-        AND p.seq < e.seq
-        AND p.processed_at IS NULL
-        AND p.dead_lettered_at IS NULL)`
-        : ''
-    }
   ORDER BY e.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
-)
+)`;
+
+function claimSql(picked: string): string {
+  return `${picked}
 UPDATE outbox_events e
 SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 END,
     locked_until = CASE WHEN e.attempts >= $4 THEN NULL ELSE now() + $2 * interval '1 millisecond' END,
@@ -76,7 +144,11 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted`;
 }
 
-const SQL = { ordered: claimSql(true), unordered: claimSql(false) };
+const SQL = {
+  unordered: claimSql(UNORDERED_PICKED),
+  block: claimSql(orderedPicked('block')),
+  skip: claimSql(orderedPicked('skip')),
+};
 
 interface Row {
   id: string;
@@ -95,7 +167,8 @@ interface Row {
 
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
-  const { rows } = await db.query<Row>(params.ordered ? SQL.ordered : SQL.unordered, [
+  const sql = params.ordered ? SQL[params.deadLetterPolicy ?? 'block'] : SQL.unordered;
+  const { rows } = await db.query<Row>(sql, [
     params.limit,
     params.leaseMs,
     params.leaseId,
