@@ -61,6 +61,11 @@ const opts = new Command()
     'committed events in the FIFO mode (default 5000, --short 1200)',
     integer(10, 1_000_000),
   )
+  .option(
+    '--duration <s>',
+    'seconds of writing (and faults) per mode (default 150 / 90, --short 30 / 25)',
+    integer(1, 3600),
+  )
   .option('--no-faults', 'sanity run: the same traffic without faults')
   .option('--broken-relay', 'relay 1 reports events published without sending them: the run must fail')
   .option(
@@ -74,6 +79,7 @@ const opts = new Command()
     mode: string;
     events?: number;
     fifoEvents?: number;
+    duration?: number;
     faults: boolean;
     brokenRelay?: boolean;
     out?: string;
@@ -98,7 +104,7 @@ const modes: ModeSettings[] = [
   {
     mode: 'standard' as ChaosMode,
     events: opts.events ?? (short ? 2_500 : 21_000),
-    produceMs: short ? 30_000 : 150_000,
+    produceMs: (opts.duration ?? (short ? 30 : 150)) * 1000,
     aggregates: 2_000,
     faults: opts.faults,
     timing,
@@ -108,7 +114,7 @@ const modes: ModeSettings[] = [
   {
     mode: 'fifo' as ChaosMode,
     events: opts.fifoEvents ?? (short ? 1_200 : 5_000),
-    produceMs: short ? 25_000 : 90_000,
+    produceMs: (opts.duration ?? (short ? 25 : 90)) * 1000,
     aggregates: 200,
     faults: opts.faults,
     timing,
@@ -195,7 +201,10 @@ async function postgresVersion(): Promise<string> {
 }
 const gitCommit = (() => {
   try {
-    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
   } catch {
     return undefined;
   }
@@ -205,6 +214,7 @@ const uncommitted = (() => {
   try {
     return execFileSync('git', ['status', '--porcelain', '--', 'lib', 'functions', 'migrations'], {
       encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
     })
       .split('\n')
       .filter(Boolean).length;

@@ -306,6 +306,7 @@ export class Relay {
       m.record('Pending', 'Count', summary.stats.pending);
       m.record('OldestPendingAgeSeconds', 'Seconds', summary.stats.oldestPendingAgeSeconds);
       m.record('DeadLetters', 'Count', summary.stats.deadLetters);
+      m.record('BlockedAggregates', 'Count', summary.stats.blockedAggregates);
     }
   }
 }
