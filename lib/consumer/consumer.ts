@@ -1,4 +1,6 @@
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
+import { ConnectionLostError, guardPool } from '../db/connection-guard.js';
+import { TransactionTimeoutError } from '../db/guarded-client.js';
 import { withTransaction } from '../db/transaction.js';
 import { OutboxError, ValidationError } from '../errors.js';
 import type { Envelope } from '../publish/envelope.js';
@@ -13,7 +15,10 @@ export interface HandleOptions {
   /**
    * Milliseconds left in the invocation (Lambda's
    * `context.getRemainingTimeInMillis`). When given, records are not started
-   * within `safetyMarginMs` of the end.
+   * within `safetyMarginMs` of the end, and a started record's statements
+   * must finish by then: its transaction's `statement_timeout` is lowered to
+   * the time left, so a record stuck on a lock fails alone instead of the
+   * Lambda timeout failing the whole batch.
    */
   remainingMs?: () => number;
 }
@@ -50,6 +55,7 @@ class SqsConsumer implements Consumer {
 
   constructor(private readonly options: ResolvedConsumerOptions) {
     this.name = options.name;
+    guardPool(options.pool, options.logger);
   }
 
   async handleSqsEvent(event: SQSEvent, handleOptions: HandleOptions = {}): Promise<ConsumerResult> {
@@ -80,12 +86,26 @@ class SqsConsumer implements Consumer {
           message_id: record.messageId,
           message_group_id: group,
         });
-      } else if (handleOptions.remainingMs && handleOptions.remainingMs() < safetyMarginMs) {
-        stopped = new OutboxError('not started: the invocation is about to time out', { retryable: true });
-        outcome = { messageId: record.messageId, status: 'deferred', error: stopped };
       } else {
-        outcome = await this.handleRecord(record);
-        if (outcome.error instanceof DatabaseUnavailableError) stopped = outcome.error;
+        // One reading of the clock per record: it decides whether to start
+        // and, if so, when the record's statements must have finished.
+        const left = handleOptions.remainingMs?.();
+        if (left !== undefined && left < safetyMarginMs) {
+          stopped = new OutboxError('not started: the invocation is about to time out', { retryable: true });
+          outcome = { messageId: record.messageId, status: 'deferred', error: stopped };
+        } else {
+          const deadline = left === undefined ? undefined : Date.now() + left - safetyMarginMs;
+          outcome = await this.handleRecord(record, deadline);
+          // No connection to be had: every other record would wait for the
+          // same timeout. A connection lost mid-record is only that one; the
+          // next record gets a fresh one.
+          if (
+            outcome.error instanceof DatabaseUnavailableError &&
+            !(outcome.error instanceof ConnectionLostError)
+          ) {
+            stopped = outcome.error;
+          }
+        }
       }
       if (group !== undefined && !isAcknowledged(outcome)) failedGroups.add(group);
       outcomes.push(outcome);
@@ -101,7 +121,7 @@ class SqsConsumer implements Consumer {
     return summarize(outcomes);
   }
 
-  private async handleRecord(record: SQSRecord): Promise<RecordOutcome> {
+  private async handleRecord(record: SQSRecord, deadline: number | undefined): Promise<RecordOutcome> {
     const { logger, name, pool } = this.options;
     const messageId = record.messageId;
     const fields: Record<string, unknown> = {
@@ -153,23 +173,31 @@ class SqsConsumer implements Consumer {
       source,
       record,
       logger,
+      remainingMs: () =>
+        deadline === undefined ? Number.POSITIVE_INFINITY : Math.max(0, deadline - Date.now()),
     };
     const run = handler;
     try {
-      const status = await withTransaction(pool, async (tx) => {
-        if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
-        await run(envelope, tx, context);
-        return 'processed' as const;
-      });
+      const status = await withTransaction(
+        pool,
+        async (tx) => {
+          if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
+          await run(envelope, tx, context);
+          return 'processed' as const;
+        },
+        { logger, deadline },
+      );
       if (status === 'duplicate') logger.info('duplicate event skipped: already processed', fields);
       else logger.debug('event processed', fields);
       return { messageId, status, eventId: envelope.id, eventType: envelope.type };
     } catch (caught) {
       const error = caught instanceof Error ? caught : new Error(String(caught));
       logger.error(
-        error instanceof DatabaseUnavailableError
-          ? 'database unavailable: record not processed'
-          : 'event handler failed: transaction rolled back, the message will be retried',
+        error instanceof TransactionTimeoutError
+          ? 'record cut off: the invocation ran out of time; transaction rolled back, the message will be retried'
+          : error instanceof DatabaseUnavailableError
+            ? 'database unavailable: record not processed'
+            : 'event handler failed: transaction rolled back, the message will be retried',
         { ...fields, error },
       );
       return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };

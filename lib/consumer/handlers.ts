@@ -17,6 +17,13 @@ export interface HandlerContext {
   /** The SQS record as Lambda delivered it (message attributes, FIFO group...). */
   record: SQSRecord;
   logger: OutboxLogger;
+  /**
+   * Milliseconds this record may still take (the invocation's time left minus
+   * the consumer's safety margin; Infinity when the consumer was not told the
+   * time left). Statements on `tx` are cut off when it reaches 0; bound your
+   * own calls by it too, e.g. `AbortSignal.timeout(context.remainingMs())`.
+   */
+  remainingMs: () => number;
 }
 
 /**

@@ -25,7 +25,9 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * Records are not started when less than this many milliseconds of the
    * invocation remain (see `remainingMs` of `handleSqsEvent`); they are given
    * back to the queue instead of being cut off by the Lambda timeout, which
-   * would fail the whole batch. Default 2000.
+   * would fail the whole batch. A started record's statements are cut off
+   * this long before the end, so the invocation can still report the batch.
+   * Default 2000.
    */
   safetyMarginMs?: number | undefined;
 }
