@@ -26,8 +26,9 @@ let consumer: Promise<Consumer> | undefined;
 async function buildConsumer(): Promise<Consumer> {
   const dbConfig = await databaseConfig();
   // Records are handled one after another: one connection per instance.
+  // createConsumer guards the pool: a dropped idle connection is logged, not
+  // an uncaught exception that would kill the runtime.
   const pool = new pg.Pool({ ...dbConfig, max: 1 });
-  pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
   return createConsumer({ name: consumerName, pool, handlers: orderNotificationHandlers, logger });
 }
 
@@ -41,6 +42,9 @@ export async function consumerHandler(event: SQSEvent, context: Context): Promis
     consumer = undefined; // retry the setup on the next invocation
     throw error;
   });
+  // The time left bounds every record: a record stuck on a lock is cut off
+  // (its statement_timeout is the time left minus the safety margin) and
+  // retried alone, instead of the Lambda timeout failing the whole batch.
   const result = await (await consumer).handleSqsEvent(event, {
     remainingMs: () => context.getRemainingTimeInMillis(),
   });
