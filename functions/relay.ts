@@ -17,8 +17,14 @@ import { observability } from './shared/observability.js';
 // and build the AWS clients, reused by warm invocations.
 const config = loadRelayConfig();
 const { logger, metrics, metricsSink } = observability('outbox-relay');
-// Short timeouts: a hung call must fail (and be retried later) well within the lease.
-const sdkOptions = { maxAttempts: 2, requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000 } };
+// Short timeouts: a hung call must fail (and be retried later) well within the
+// lease. Without throwOnRequestTimeout the SDK's HTTP handler only logs a
+// warning when requestTimeout passes and keeps waiting. Each call also gets
+// the relay's deadline as an abort signal (lib/relay/relay.ts).
+const sdkOptions = {
+  maxAttempts: 2,
+  requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000, throwOnRequestTimeout: true },
+};
 const sqs = new SQSClient(sdkOptions);
 const eventBridge = new EventBridgeClient(sdkOptions);
 const publisher = createAwsPublisher({
@@ -27,6 +33,18 @@ const publisher = createAwsPublisher({
   eventBridge,
   source: config.eventSource,
   concurrency: config.concurrency,
+  circuit: config.circuit,
+  onTargetChange: (target, change) => {
+    if (change.state === 'open') {
+      logger.error('target unavailable: backing it off, its events wait without spending attempts', {
+        target,
+        failures: change.failures,
+        next_probe_in_ms: change.nextProbeInMs,
+      });
+    } else {
+      logger.info('target answers again', { target, failures: change.failures });
+    }
+  },
 });
 
 export interface RelayHandlerOptions {

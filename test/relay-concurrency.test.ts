@@ -114,6 +114,7 @@ describe('several relays at once', () => {
             eventId: e.id,
             ok: false as const,
             retryable: true,
+            environment: false,
             error: 'injected failure',
             delivered: [],
           })),

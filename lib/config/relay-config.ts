@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ConfigError } from '../errors.js';
+import type { CircuitBreakerOptions } from '../publish/circuit-breaker.js';
 import { type RouteConfig, routesSchema } from '../publish/routes.js';
 import type { RelayOptions } from '../relay/options.js';
 import { boolVar, type Env, intVar, jsonVar, numberVar, readVar } from './env.js';
@@ -13,6 +14,8 @@ export interface RelayConfig {
   concurrency: number;
   /** LISTEN for NOTIFY from the insert trigger instead of only polling. */
   listen: boolean;
+  /** Per-target circuit breaker. */
+  circuit: CircuitBreakerOptions;
 }
 
 /**
@@ -25,7 +28,10 @@ export interface RelayConfig {
  *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
- *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_LISTEN`
+ *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_LISTEN`,
+ *   `OUTBOX_MAX_PENDING_AGE_MS`
+ * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
+ *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
  */
 export function loadRelayConfig(env: Env = process.env): RelayConfig {
   const routes = readVar(
@@ -58,6 +64,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     ),
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
+    maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
   };
   if (ordering === 'aggregate') {
     const standard = routes
@@ -77,6 +84,10 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     eventSource: readVar(env, 'OUTBOX_EVENT_SOURCE', z.string().min(1).max(256).default('outbox')),
     concurrency: readVar(env, 'OUTBOX_CONCURRENCY', intVar(1, 256)) ?? 8,
     listen: readVar(env, 'OUTBOX_LISTEN', boolVar) ?? false,
+    circuit: {
+      failureThreshold: readVar(env, 'OUTBOX_TARGET_FAILURES', intVar(1, 100)),
+      probeMaxMs: readVar(env, 'OUTBOX_TARGET_PROBE_MAX_MS', intVar(1_000, 3_600_000)),
+    },
   };
 }
 

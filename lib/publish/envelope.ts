@@ -1,9 +1,8 @@
-import type { OutboxEvent } from '../outbox/types.js';
-
 /**
  * What every broker message carries. `id` is the consumers' dedupe key. Field
  * names follow the Debezium outbox event router's (id, type, aggregate type and
- * id, payload) so consumers can move to CDC later without changes.
+ * id, payload) so consumers can move to CDC later without changes. The JSON
+ * text is built by `envelopeJson` in messages.ts.
  */
 export interface Envelope<P = unknown> {
   id: string;
@@ -13,16 +12,4 @@ export interface Envelope<P = unknown> {
   occurredAt: string;
   payload: P;
   headers: Record<string, string>;
-}
-
-export function toEnvelope(event: OutboxEvent): Envelope {
-  return {
-    id: event.id,
-    type: event.eventType,
-    aggregateType: event.aggregateType,
-    aggregateId: event.aggregateId,
-    occurredAt: event.createdAt.toISOString(),
-    payload: event.payload,
-    headers: event.headers,
-  };
 }

@@ -5,10 +5,12 @@ import {
 } from '@aws-sdk/client-eventbridge';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { isRetryableEventBridgeEntryCode } from './aws-errors.js';
-import { chunkBySize, sendBatchOrSplit } from './batching.js';
-import { toEnvelope } from './envelope.js';
-import type { TargetResult, Transport } from './types.js';
+import { classifyEntryError } from './aws-errors.js';
+import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batching.js';
+import { eventBridgeMessage } from './messages.js';
+import type { SendContext, TargetResult, Transport } from './types.js';
+
+export { eventBridgeEntrySize } from './messages.js';
 
 /** PutEvents takes at most 10 entries. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
@@ -18,30 +20,18 @@ export interface EventBridgeTransportOptions {
   busName: string;
   /** The events' `Source`. */
   source: string;
+  /** Transport key; defaults to `eventbridge:<bus>`. */
+  key?: string | undefined;
   /** Per-entry and per-call limit; default 256 KiB. */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
-  onCall?: () => void;
+  onCall?: (() => void) | undefined;
 }
 
 interface Prepared {
   event: OutboxEvent;
   entry: PutEventsRequestEntry;
   bytes: number;
-}
-
-/**
- * Entry size as EventBridge computes it: 14 bytes for the time field plus the
- * UTF-8 sizes of Source, DetailType and Detail.
- */
-export function eventBridgeEntrySize(entry: PutEventsRequestEntry): number {
-  return (
-    14 +
-    Buffer.byteLength(entry.Source ?? '') +
-    Buffer.byteLength(entry.DetailType ?? '') +
-    Buffer.byteLength(entry.Detail ?? '') +
-    (entry.Resources ?? []).reduce((sum, r) => sum + Buffer.byteLength(r), 0)
-  );
 }
 
 /**
@@ -54,60 +44,80 @@ export class EventBridgeTransport implements Transport {
   private readonly maxBytes: number;
 
   constructor(private readonly options: EventBridgeTransportOptions) {
-    this.key = `eventbridge:${options.busName}`;
+    this.key = options.key ?? `eventbridge:${options.busName}`;
     this.maxBytes = options.maxBytes ?? BROKER_MESSAGE_MAX_BYTES;
   }
 
-  async send(events: readonly OutboxEvent[]): Promise<Map<string, TargetResult>> {
+  async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
     const results = new Map<string, TargetResult>();
     const sendable: Prepared[] = [];
     for (const event of events) {
-      const entry: PutEventsRequestEntry = {
-        EventBusName: this.options.busName,
-        Source: this.options.source,
-        DetailType: event.eventType,
-        Detail: JSON.stringify(toEnvelope(event)),
-      };
-      const traceHeader = event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id'];
-      if (traceHeader) entry.TraceHeader = traceHeader;
-      const bytes = eventBridgeEntrySize(entry);
-      if (bytes > this.maxBytes) {
+      let message: ReturnType<typeof eventBridgeMessage>;
+      try {
+        message = eventBridgeMessage(event, { busName: this.options.busName, source: this.options.source });
+      } catch (error) {
+        results.set(event.id, buildFailure(error));
+        continue;
+      }
+      if (message.bytes > this.maxBytes) {
         results.set(event.id, {
           ok: false,
           retryable: false,
+          environment: false,
           code: 'EntryTooLarge',
-          error: `event is ${bytes} bytes as an EventBridge entry, over the limit of ${this.maxBytes} bytes`,
+          error: `event is ${message.bytes} bytes as an EventBridge entry, over the limit of ${this.maxBytes} bytes`,
         });
       } else {
-        sendable.push({ event, entry, bytes });
+        sendable.push({ event, ...message });
       }
     }
     const batches = chunkBySize(sendable, (p) => p.bytes, EVENTBRIDGE_MAX_BATCH_ENTRIES, this.maxBytes);
-    await Promise.all(batches.map((batch) => this.sendBatch(batch, results)));
+    await Promise.all(batches.map((batch) => this.sendBatch(batch, results, context)));
     return results;
   }
 
-  private sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
+  private sendBatch(
+    batch: Prepared[],
+    results: Map<string, TargetResult>,
+    context: SendContext,
+  ): Promise<void> {
     const schedule = this.options.schedule ?? ((call) => call());
-    return sendBatchOrSplit(batch, 'EventBridge', results, async (batch) => {
-      const response = await schedule(() => {
-        this.options.onCall?.();
-        return this.options.client.send(new PutEventsCommand({ Entries: batch.map((p) => p.entry) }));
-      });
+    const call = async (batch: Prepared[]) => {
+      const response = await schedule(() =>
+        guardedCall(context, (abortSignal) => {
+          this.options.onCall?.();
+          return this.options.client.send(new PutEventsCommand({ Entries: batch.map((p) => p.entry) }), {
+            abortSignal,
+          });
+        }),
+      );
       batch.forEach((p, i) => {
         const entry = response.Entries?.[i];
         if (entry?.EventId && !entry.ErrorCode) {
           results.set(p.event.id, { ok: true });
-        } else {
-          const code = entry?.ErrorCode ?? 'MissingResult';
+          return;
+        }
+        if (!entry?.ErrorCode) {
           results.set(p.event.id, {
             ok: false,
-            retryable: isRetryableEventBridgeEntryCode(code),
-            code,
-            error: `EventBridge rejected the event: ${code}${entry?.ErrorMessage ? ` (${entry.ErrorMessage})` : ''}`,
+            retryable: true,
+            environment: false,
+            code: 'MissingResult',
+            error: 'EventBridge response had no result for this event',
           });
+          return;
         }
+        const message = `EventBridge rejected the event: ${entry.ErrorCode}${entry.ErrorMessage ? ` (${entry.ErrorMessage})` : ''}`;
+        const failure = classifyEntryError(entry.ErrorCode, message);
+        results.set(p.event.id, {
+          ok: false,
+          retryable: failure.retryable,
+          environment: failure.environment,
+          code: failure.code,
+          error: message,
+        });
       });
-    });
+    };
+    return sendBatchOrSplit(batch, 'EventBridge', results, call, context);
   }
 }

@@ -1,28 +1,61 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import pLimit from 'p-limit';
+import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
+import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
-import { type RouteConfig, RouteTable, type TargetConfig, targetKey } from './routes.js';
+import { type RouteConfig, RouteTable, type TargetConfig, targetConflicts, targetKey } from './routes.js';
 import { SqsTransport } from './sqs-transport.js';
-import type { Publisher, PublishOutcome, TargetResult, Transport } from './types.js';
+import type {
+  FailureInfo,
+  PublishContext,
+  Publisher,
+  PublishOutcome,
+  TargetResult,
+  Transport,
+} from './types.js';
+
+export interface RoutingPublisherOptions {
+  /** Settings of every target's circuit breaker. */
+  circuit?: CircuitBreakerOptions;
+  /** Told when a target's circuit opens or closes (log it). */
+  onTargetChange?: (target: string, change: CircuitChange) => void;
+}
 
 /**
  * Sends each event to every target its route names, skipping targets that
  * accepted it on an earlier attempt. An event is published only when all its
  * targets accepted it; an event with no route fails permanently.
+ *
+ * Each target has a circuit breaker: a target whose calls keep failing for
+ * environment reasons is not called at all (its events are held back without
+ * spending attempts), then probed with a single-entry call at growing
+ * intervals; healthy targets go on as usual.
  */
 export class RoutingPublisher implements Publisher {
   private readonly transports: Map<string, Transport>;
+  private readonly breakers = new Map<string, CircuitBreaker>();
 
   constructor(
     private readonly routes: RouteTable,
     transports: readonly Transport[],
+    options: RoutingPublisherOptions = {},
   ) {
     this.transports = new Map(transports.map((t) => [t.key, t]));
+    for (const key of this.transports.keys()) {
+      this.breakers.set(
+        key,
+        new CircuitBreaker(options.circuit, (change) => options.onTargetChange?.(key, change)),
+      );
+    }
   }
 
-  async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
+  takeRecoveredTargets(): string[] {
+    return [...this.breakers].filter(([, b]) => b.takeRecovered()).map(([key]) => key);
+  }
+
+  async publish(events: readonly OutboxEvent[], context: PublishContext = {}): Promise<PublishOutcome[]> {
     const byTarget = new Map<string, OutboxEvent[]>();
     const unrouted = new Set<string>();
     for (const event of events) {
@@ -39,18 +72,10 @@ export class RoutingPublisher implements Publisher {
       }
     }
 
-    const perTarget = await Promise.all(
-      [...byTarget].map(async ([key, list]) => {
-        const transport = this.transports.get(key);
-        if (!transport) throw new Error(`no transport for target ${key}`);
-        try {
-          return [key, await transport.send(list)] as const;
-        } catch (error) {
-          // A transport should not throw; if one does, retry its events later.
-          const failed: TargetResult = { ok: false, retryable: true, error: `${key}: ${String(error)}` };
-          return [key, new Map(list.map((e) => [e.id, failed]))] as const;
-        }
-      }),
+    const perTarget = new Map(
+      await Promise.all(
+        [...byTarget].map(async ([key, list]) => [key, await this.sendTo(key, list, context)] as const),
+      ),
     );
 
     return events.map((event): PublishOutcome => {
@@ -59,36 +84,90 @@ export class RoutingPublisher implements Publisher {
           eventId: event.id,
           ok: false,
           retryable: false,
+          environment: false,
           code: 'NoRoute',
           error: `no route for event type "${event.eventType}"`,
           delivered: event.deliveredTargets,
         };
       }
       const delivered = [...event.deliveredTargets];
-      const failures: Array<TargetResult & { ok: false; key: string }> = [];
-      for (const [key, results] of perTarget) {
-        const result = results.get(event.id);
-        if (!result) continue;
+      const failures: Array<FailureInfo & { key: string }> = [];
+      for (const key of this.routes.resolve(event.eventType) ?? []) {
+        if (event.deliveredTargets.includes(key)) continue;
+        // A target that says nothing about an event has not delivered it.
+        const result: TargetResult = perTarget.get(key)?.get(event.id) ?? {
+          ok: false,
+          retryable: true,
+          environment: false,
+          code: 'MissingResult',
+          error: `${key}: the transport returned no result for this event`,
+        };
         if (result.ok) delivered.push(key);
         else failures.push({ ...result, key });
       }
       if (failures.length === 0) return { eventId: event.id, ok: true, delivered };
-      // One permanent failure is enough: retrying cannot make that target accept it.
-      const permanent = failures.find((f) => !f.retryable);
-      const first = permanent ?? failures[0]!;
-      return {
-        eventId: event.id,
-        ok: false,
-        retryable: !permanent,
-        code: first.code,
-        error: failures.length === 1 ? first.error : failures.map((f) => `${f.key}: ${f.error}`).join('; '),
-        delivered,
-      };
+      return { eventId: event.id, ok: false, ...combine(failures), delivered };
     });
+  }
+
+  /**
+   * Sends one target's events. While its circuit is open and a probe is due,
+   * the first event goes alone as the probe; the rest follow only if it got
+   * through. While open and not due, the transport makes no calls at all.
+   */
+  private async sendTo(
+    key: string,
+    list: OutboxEvent[],
+    context: PublishContext,
+  ): Promise<Map<string, TargetResult>> {
+    const transport = this.transports.get(key);
+    if (!transport) throw new Error(`no transport for target ${key}`);
+    const gate = this.breakers.get(key);
+    const send = async (events: readonly OutboxEvent[]) => {
+      try {
+        return await transport.send(events, { ...context, gate });
+      } catch (error) {
+        // A transport should not throw; if one does, retry its events later.
+        const failed: TargetResult = {
+          ok: false,
+          retryable: true,
+          environment: false,
+          error: `${key}: ${String(error)}`,
+        };
+        return new Map(events.map((e) => [e.id, failed]));
+      }
+    };
+    if (gate?.probeDue && list.length > 1) {
+      const [probe, ...rest] = list as [OutboxEvent, ...OutboxEvent[]];
+      const results = await send([probe]);
+      for (const [id, result] of await send(rest)) results.set(id, result);
+      return results;
+    }
+    return send(list);
   }
 }
 
-export interface AwsPublisherOptions {
+/**
+ * One outcome from several targets' failures. A permanent failure decides
+ * (retrying cannot make that target accept it); otherwise the event counts
+ * as the environment's fault only if every failing target says so.
+ */
+function combine(failures: Array<FailureInfo & { key: string }>): FailureInfo {
+  const permanent = failures.find((f) => !f.retryable);
+  const first = permanent ?? failures.find((f) => !f.environment) ?? failures[0]!;
+  const environment = !permanent && failures.every((f) => f.environment);
+  const retryAfters = failures.map((f) => f.retryAfterMs ?? 0);
+  return {
+    retryable: !permanent,
+    environment,
+    waitingFor: environment ? failures.map((f) => f.key) : undefined,
+    code: first.code,
+    error: failures.length === 1 ? first.error : failures.map((f) => `${f.key}: ${f.error}`).join('; '),
+    retryAfterMs: environment ? Math.max(...retryAfters) : undefined,
+  };
+}
+
+export interface AwsPublisherOptions extends RoutingPublisherOptions {
   routes: readonly RouteConfig[];
   sqs: Pick<SQSClient, 'send'>;
   eventBridge: Pick<EventBridgeClient, 'send'>;
@@ -100,14 +179,20 @@ export interface AwsPublisherOptions {
   onCall?: () => void;
 }
 
-/** Builds the routing publisher with SQS and EventBridge transports for every configured target. */
+/**
+ * Builds the routing publisher with SQS and EventBridge transports for every
+ * configured target. Throws a {@link ConfigError} when one destination appears
+ * with conflicting settings.
+ */
 export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublisher {
+  const conflicts = targetConflicts(options.routes);
+  if (conflicts.length > 0) throw new ConfigError('routes', conflicts.join('; '));
   const limit = pLimit(options.concurrency);
   const schedule = <T>(call: () => Promise<T>) => limit(call);
   const targets = new Map<string, TargetConfig>();
   for (const route of options.routes) for (const t of route.targets) targets.set(targetKey(t), t);
-  const transports = [...targets.values()].map(
-    (target): Transport =>
+  const transports = [...targets].map(
+    ([key, target]): Transport =>
       target.type === 'sqs'
         ? new SqsTransport({
             client: options.sqs,
@@ -120,9 +205,10 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             client: options.eventBridge,
             busName: target.busName,
             source: target.source ?? options.source,
+            key,
             schedule,
             onCall: options.onCall,
           }),
   );
-  return new RoutingPublisher(new RouteTable(options.routes), transports);
+  return new RoutingPublisher(new RouteTable(options.routes), transports, options);
 }

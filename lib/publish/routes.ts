@@ -26,14 +26,59 @@ export const routeSchema = z.strictObject({
   targets: z.array(targetSchema).min(1),
 });
 
-export const routesSchema = z.array(routeSchema).min(1);
+export const routesSchema = z
+  .array(routeSchema)
+  .min(1)
+  .superRefine((routes, ctx) => {
+    for (const message of targetConflicts(routes)) ctx.addIssue({ code: 'custom', message });
+  });
 
 export type TargetConfig = z.infer<typeof targetSchema>;
 export type RouteConfig = z.infer<typeof routeSchema>;
 
-/** Stable key of a target; recorded in `delivered_targets`. */
+/**
+ * Stable key of a target; recorded in `delivered_targets`. Targets that differ
+ * in anything that changes the message are different targets: an EventBridge
+ * target with its own `source` gets its own key (and transport), so two routes
+ * to one bus with different sources both publish with their own source. A bus
+ * target without `source` keeps the plain `eventbridge:<bus>` key.
+ */
 export function targetKey(target: TargetConfig): string {
-  return target.type === 'sqs' ? `sqs:${target.queueUrl}` : `eventbridge:${target.busName}`;
+  if (target.type === 'sqs') return `sqs:${target.queueUrl}`;
+  return target.source === undefined
+    ? `eventbridge:${target.busName}`
+    : `eventbridge:${target.busName}#source=${target.source}`;
+}
+
+/**
+ * Settings that must agree wherever one destination appears: the same queue
+ * URL with two different size limits is refused when the config loads rather
+ * than resolved silently by whichever route comes last.
+ */
+export function targetConflicts(routes: readonly RouteConfig[]): string[] {
+  const seen = new Map<string, { target: TargetConfig; where: string }>();
+  const conflicts: string[] = [];
+  routes.forEach((route, r) => {
+    route.targets.forEach((target, t) => {
+      const key = targetKey(target);
+      const where = `routes[${r}].targets[${t}]`;
+      const earlier = seen.get(key);
+      if (!earlier) {
+        seen.set(key, { target, where });
+      } else if (JSON.stringify(sorted(earlier.target)) !== JSON.stringify(sorted(target))) {
+        conflicts.push(
+          `${where} and ${earlier.where} name the same destination (${key}) with different settings (${JSON.stringify(target)} vs ${JSON.stringify(earlier.target)}); give them the same settings`,
+        );
+      }
+    });
+  });
+  return conflicts;
+}
+
+function sorted(target: TargetConfig): Array<[string, unknown]> {
+  return Object.entries(target)
+    .filter(([, v]) => v !== undefined)
+    .sort(([a], [b]) => a.localeCompare(b));
 }
 
 function patternToRegExp(pattern: string): RegExp {

@@ -1,15 +1,16 @@
-import { createHash } from 'node:crypto';
 import {
-  type MessageAttributeValue,
   SendMessageBatchCommand,
   type SendMessageBatchRequestEntry,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { chunkBySize, sendBatchOrSplit } from './batching.js';
-import { toEnvelope } from './envelope.js';
-import type { TargetResult, Transport } from './types.js';
+import { classifyEntryError } from './aws-errors.js';
+import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batching.js';
+import { sqsMessage } from './messages.js';
+import type { SendContext, TargetResult, Transport } from './types.js';
+
+export { messageGroupId } from './messages.js';
 
 /** SendMessageBatch takes at most 10 entries. */
 export const SQS_MAX_BATCH_ENTRIES = 10;
@@ -18,42 +19,17 @@ export interface SqsTransportOptions {
   client: Pick<SQSClient, 'send'>;
   queueUrl: string;
   /** Largest message the queue accepts (body + attributes); also the batch limit. Default 256 KiB. */
-  maxMessageBytes?: number;
+  maxMessageBytes?: number | undefined;
   /** Runs each API call; lets the router bound calls in flight across targets. */
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   /** Counts API calls (benchmarks report calls per 1,000 events). */
-  onCall?: () => void;
+  onCall?: (() => void) | undefined;
 }
 
 interface Prepared {
   event: OutboxEvent;
   entry: SendMessageBatchRequestEntry;
   bytes: number;
-}
-
-function attribute(value: string): MessageAttributeValue {
-  return { DataType: 'String', StringValue: value };
-}
-
-/** SQS counts attribute names, types and values towards the message size. */
-function attributesBytes(attributes: Record<string, MessageAttributeValue>): number {
-  let bytes = 0;
-  for (const [name, value] of Object.entries(attributes)) {
-    bytes += Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? '');
-    bytes += Buffer.byteLength(value.StringValue ?? '');
-  }
-  return bytes;
-}
-
-/**
- * MessageGroupId allows at most 128 characters; longer aggregate keys are
- * replaced by their SHA-256 so that one aggregate still maps to one group.
- */
-export function messageGroupId(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
-  const key = `${event.aggregateType}:${event.aggregateId}`;
-  return key.length <= 128 && /^[\x21-\x7e]+$/.test(key)
-    ? key
-    : `sha256:${createHash('sha256').update(key).digest('hex')}`;
 }
 
 /**
@@ -72,59 +48,53 @@ export class SqsTransport implements Transport {
     this.maxBytes = options.maxMessageBytes ?? BROKER_MESSAGE_MAX_BYTES;
   }
 
-  private prepare(event: OutboxEvent, index: number): Prepared {
-    const body = JSON.stringify(toEnvelope(event));
-    const attributes = {
-      eventId: attribute(event.id),
-      eventType: attribute(event.eventType),
-      aggregateType: attribute(event.aggregateType),
-      aggregateId: attribute(event.aggregateId),
-    };
-    const entry: SendMessageBatchRequestEntry = {
-      Id: `e${index}`,
-      MessageBody: body,
-      MessageAttributes: attributes,
-    };
-    if (this.fifo) {
-      entry.MessageGroupId = messageGroupId(event);
-      entry.MessageDeduplicationId = event.id;
-    }
-    return { event, entry, bytes: Buffer.byteLength(body) + attributesBytes(attributes) };
-  }
-
-  async send(events: readonly OutboxEvent[]): Promise<Map<string, TargetResult>> {
+  async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
     const results = new Map<string, TargetResult>();
     const sendable: Prepared[] = [];
     events.forEach((event, i) => {
-      const prepared = this.prepare(event, i);
-      if (prepared.bytes > this.maxBytes) {
+      let message: ReturnType<typeof sqsMessage>;
+      try {
+        message = sqsMessage(event, { fifo: this.fifo });
+      } catch (error) {
+        results.set(event.id, buildFailure(error));
+        return;
+      }
+      if (message.bytes > this.maxBytes) {
         results.set(event.id, {
           ok: false,
           retryable: false,
+          environment: false,
           code: 'MessageTooLarge',
-          error: `message is ${prepared.bytes} bytes, over the queue's limit of ${this.maxBytes} bytes`,
+          error: `message is ${message.bytes} bytes, over the queue's limit of ${this.maxBytes} bytes`,
         });
       } else {
-        sendable.push(prepared);
+        sendable.push({ event, entry: { ...message.entry, Id: `e${i}` }, bytes: message.bytes });
       }
     });
     const batches = chunkBySize(sendable, (p) => p.bytes, SQS_MAX_BATCH_ENTRIES, this.maxBytes);
-    await Promise.all(batches.map((batch) => this.sendBatch(batch, results)));
+    await Promise.all(batches.map((batch) => this.sendBatch(batch, results, context)));
     return results;
   }
 
-  private sendBatch(batch: Prepared[], results: Map<string, TargetResult>): Promise<void> {
+  private sendBatch(
+    batch: Prepared[],
+    results: Map<string, TargetResult>,
+    context: SendContext,
+  ): Promise<void> {
     const schedule = this.options.schedule ?? ((call) => call());
-    return sendBatchOrSplit(batch, 'SQS', results, async (batch) => {
-      const response = await schedule(() => {
-        this.options.onCall?.();
-        return this.options.client.send(
-          new SendMessageBatchCommand({
-            QueueUrl: this.options.queueUrl,
-            Entries: batch.map((p) => p.entry),
-          }),
-        );
-      });
+    const call = async (batch: Prepared[]) => {
+      const response = await schedule(() =>
+        guardedCall(context, (abortSignal) => {
+          this.options.onCall?.();
+          return this.options.client.send(
+            new SendMessageBatchCommand({
+              QueueUrl: this.options.queueUrl,
+              Entries: batch.map((p) => p.entry),
+            }),
+            { abortSignal },
+          );
+        }),
+      );
       const byEntryId = new Map(batch.map((p) => [p.entry.Id, p.event.id]));
       for (const ok of response.Successful ?? []) {
         const eventId = byEntryId.get(ok.Id);
@@ -133,12 +103,14 @@ export class SqsTransport implements Transport {
       for (const failed of response.Failed ?? []) {
         const eventId = byEntryId.get(failed.Id);
         if (!eventId) continue;
+        const message = `SQS rejected the message: ${failed.Code ?? 'unknown'}${failed.Message ? ` (${failed.Message})` : ''}`;
+        const failure = classifyEntryError(failed.Code, message, failed.SenderFault);
         results.set(eventId, {
           ok: false,
-          // SenderFault: the entry itself was rejected; retrying it cannot help.
-          retryable: !failed.SenderFault,
-          code: failed.Code,
-          error: `SQS rejected the message: ${failed.Code ?? 'unknown'}${failed.Message ? ` (${failed.Message})` : ''}`,
+          retryable: failure.retryable,
+          environment: failure.environment,
+          code: failure.code,
+          error: message,
         });
       }
       for (const p of batch) {
@@ -146,10 +118,13 @@ export class SqsTransport implements Transport {
           results.set(p.event.id, {
             ok: false,
             retryable: true,
+            environment: false,
+            code: 'MissingResult',
             error: 'SQS response did not mention this message',
           });
         }
       }
-    });
+    };
+    return sendBatchOrSplit(batch, 'SQS', results, call, context);
   }
 }

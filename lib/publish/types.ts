@@ -1,28 +1,45 @@
 import type { OutboxEvent } from '../outbox/types.js';
 
+/** How a failure counts against the event. */
+export interface FailureInfo {
+  /** False when the event itself is at fault and a retry cannot succeed. */
+  retryable: boolean;
+  /**
+   * True when the environment is at fault (network, timeout, throttling,
+   * outage, access denied, missing queue, the relay's own deadline): the
+   * event is retried without spending an attempt.
+   */
+  environment: boolean;
+  error: string;
+  code?: string | undefined;
+  /** Earliest useful retry (the target is backed off as a whole until then). */
+  retryAfterMs?: number | undefined;
+  /** Environment failures: the targets the event waits for (released when one recovers). */
+  waitingFor?: string[] | undefined;
+}
+
 /** What happened to one event at one target. */
-export type TargetResult =
-  | { ok: true }
-  | {
-      ok: false;
-      /** False when the event itself is at fault and a retry cannot succeed. */
-      retryable: boolean;
-      error: string;
-      code?: string | undefined;
-    };
+export type TargetResult = { ok: true } | ({ ok: false } & FailureInfo);
 
 /** What happened to one event across all its targets. */
 export type PublishOutcome =
   | { eventId: string; ok: true; delivered: string[] }
-  | {
+  | ({
       eventId: string;
       ok: false;
-      retryable: boolean;
-      error: string;
-      code?: string | undefined;
       /** Targets that accepted the event (now or earlier); a retry skips them. */
       delivered: string[];
-    };
+    } & FailureInfo);
+
+/** Per-publish settings the relay hands down to every API call. */
+export interface PublishContext {
+  /**
+   * Aborted when the batch's deadline passes: calls in flight are cancelled
+   * and calls not yet started are not made; their events fail with
+   * `DeadlineExceeded` (an environment failure).
+   */
+  signal?: AbortSignal | undefined;
+}
 
 /**
  * Sends events somewhere and reports one outcome per event. The relay depends
@@ -31,7 +48,26 @@ export type PublishOutcome =
  * the whole batch.
  */
 export interface Publisher {
-  publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]>;
+  publish(events: readonly OutboxEvent[], context?: PublishContext): Promise<PublishOutcome[]>;
+  /**
+   * Targets that answered again after being unavailable, since the last call.
+   * The relay releases events held back for them, so they go out at once.
+   */
+  takeRecoveredTargets?(): string[];
+}
+
+/** Asked before each API call and told its result; the router's circuit breaker. */
+export interface CallGate {
+  /** False when the target is backed off: the call is not made. */
+  allowCall(): boolean;
+  /** Result of a call that was made: undefined on success. */
+  report(failure: { environment: boolean } | undefined): void;
+  /** How long to hold events whose call was not made. */
+  retryAfterMs(): number;
+}
+
+export interface SendContext extends PublishContext {
+  gate?: CallGate | undefined;
 }
 
 /** One destination (a queue, a bus) that takes batches of events. */
@@ -39,5 +75,5 @@ export interface Transport {
   /** Stable identity of the destination, e.g. `sqs:<queue url>`; stored in `delivered_targets`. */
   readonly key: string;
   /** Sends the events, returning a result for every event id. */
-  send(events: readonly OutboxEvent[]): Promise<Map<string, TargetResult>>;
+  send(events: readonly OutboxEvent[], context?: SendContext): Promise<Map<string, TargetResult>>;
 }

@@ -24,6 +24,12 @@ export interface RelayOptions {
   safetyMarginMs?: number;
   /** Wait between polls that found nothing (cut short by NOTIFY when listening). Default 200 ms. */
   idleWaitMs?: number;
+  /**
+   * Failures of the environment (outage, throttling, access denied, timeouts)
+   * do not spend attempts; an event that keeps failing that way is
+   * dead-lettered once it is older than this. Default 24 h.
+   */
+  maxPendingAgeMs?: number;
 }
 
 export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff'>> & { backoff: BackoffPolicy };
@@ -38,6 +44,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   deadLetterPolicy: 'block',
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
+  maxPendingAgeMs: 86_400_000,
 };
 
 /** Fills in defaults; the one place where they are decided. */

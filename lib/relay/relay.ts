@@ -6,6 +6,7 @@ import type { Publisher, PublishOutcome } from '../publish/types.js';
 import { claimBatch, type Queryable } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
+import { releaseWaiting } from '../sql/release-waiting.js';
 import { backoffDelay } from './backoff.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
@@ -21,6 +22,8 @@ export interface RelayDeps {
   workSignal?: WorkSignal;
   /** Jitter source for backoff. */
   random?: () => number;
+  /** Clock for the maximum pending age (tests compress time with it). */
+  now?: () => number;
 }
 
 /** What one claim-publish-complete cycle did. */
@@ -28,6 +31,8 @@ export interface BatchReport {
   claimed: number;
   published: number;
   retried: number;
+  /** Of the retried: failures of the environment (outage, throttling, deadline), no attempt spent. */
+  held: number;
   deadLettered: number;
   /** Outcomes not recorded because the lease had expired and another relay took the rows. */
   leaseLost: number;
@@ -59,6 +64,7 @@ function emptyReport(): BatchReport {
     claimed: 0,
     published: 0,
     retried: 0,
+    held: 0,
     deadLettered: 0,
     leaseLost: 0,
     durationMs: 0,
@@ -89,6 +95,7 @@ export class Relay {
   private readonly metrics: OutboxMetrics;
   private readonly workSignal: WorkSignal;
   private readonly random: () => number;
+  private readonly now: () => number;
 
   constructor(private readonly deps: RelayDeps) {
     this.options = resolveRelayOptions(deps.options);
@@ -97,10 +104,18 @@ export class Relay {
     this.workSignal = deps.workSignal ?? sleepSignal;
     this.random = deps.random ?? Math.random;
     guardPool(deps.db, this.logger); // a dropped idle connection must not crash the process
+    this.now = deps.now ?? Date.now;
   }
 
-  /** One claim-publish-complete cycle. */
-  async processBatch(): Promise<BatchReport> {
+  /**
+   * One claim-publish-complete cycle. The publish has a deadline: the lease's
+   * end less a guard (so the outcome is recorded by the lease holder), and
+   * `budgetMs` when given (the invocation's time left less what recording
+   * outcomes needs). Calls still running at the deadline are aborted, calls
+   * not started are not made, and their events are retried without spending
+   * an attempt.
+   */
+  async processBatch(budget: { budgetMs?: number } = {}): Promise<BatchReport> {
     const started = performance.now();
     const report = emptyReport();
     const leaseId = randomUUID();
@@ -128,9 +143,16 @@ export class Relay {
       return report;
     }
 
-    const outcomes = await this.publish(claim.events);
+    // Outcomes must be recorded while the lease is still ours.
+    const leaseGuardMs = Math.min(Math.max(1_000, this.options.leaseMs / 10), this.options.leaseMs / 4);
+    const deadlineMs = Math.max(
+      0,
+      Math.min(this.options.leaseMs - leaseGuardMs, budget.budgetMs ?? Infinity),
+    );
+    const outcomes = await this.publish(claim.events, deadlineMs);
     const completions = this.decide(claim.events, outcomes, report);
     const recorded = await this.complete(leaseId, completions);
+    await this.releaseRecovered();
     for (const c of completions) {
       if (!recorded.has(c.id)) {
         report.leaseLost++;
@@ -149,19 +171,55 @@ export class Relay {
     return report;
   }
 
-  private async publish(events: OutboxEvent[]): Promise<Map<string, PublishOutcome>> {
+  /**
+   * Publishes under a deadline. The publisher gets the abort signal; should it
+   * not return by the deadline anyway, the batch is recorded as interrupted
+   * (events it may still send then are duplicates, never losses).
+   */
+  private async publish(events: OutboxEvent[], deadlineMs: number): Promise<Map<string, PublishOutcome>> {
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<'deadline'>((resolve) => {
+      timer = setTimeout(() => {
+        controller.abort(new Error(`publish deadline of ${Math.round(deadlineMs)} ms passed`));
+        // Give the publisher a moment to report what the aborted calls did.
+        setTimeout(() => resolve('deadline'), 250).unref();
+      }, deadlineMs);
+    });
     let outcomes: PublishOutcome[];
     try {
-      outcomes = await this.deps.publisher.publish(events);
+      const result = await Promise.race([
+        this.deps.publisher.publish(events, { signal: controller.signal }),
+        deadline,
+      ]);
+      if (result === 'deadline') {
+        this.logger.warn('publisher did not return by the deadline; the batch will be retried', {
+          deadline_ms: Math.round(deadlineMs),
+        });
+        outcomes = events.map((e) => ({
+          eventId: e.id,
+          ok: false,
+          retryable: true,
+          environment: true,
+          code: 'DeadlineExceeded',
+          error: `publish deadline of ${Math.round(deadlineMs)} ms passed`,
+          delivered: e.deliveredTargets,
+        }));
+      } else {
+        outcomes = result;
+      }
     } catch (error) {
       this.logger.error('publisher threw; the whole batch will be retried', { error: String(error) });
       outcomes = events.map((e) => ({
         eventId: e.id,
         ok: false,
         retryable: true,
+        environment: false,
         error: `publisher threw: ${String(error)}`,
         delivered: e.deliveredTargets,
       }));
+    } finally {
+      clearTimeout(timer);
     }
     return new Map(outcomes.map((o) => [o.eventId, o]));
   }
@@ -176,6 +234,7 @@ export class Relay {
         eventId: event.id,
         ok: false,
         retryable: true,
+        environment: false,
         error: 'publisher returned no outcome for this event',
         delivered: event.deliveredTargets,
       };
@@ -192,6 +251,39 @@ export class Relay {
         error: outcome.error,
         code: outcome.code,
       };
+      if (outcome.retryable && outcome.environment) {
+        // The environment's fault: no attempt spent; only age ends the wait.
+        const ageMs = this.now() - event.createdAt.getTime();
+        if (ageMs <= this.options.maxPendingAgeMs) {
+          const delayMs = Math.max(
+            outcome.retryAfterMs ?? 0,
+            backoffDelay(Math.max(1, event.attempts - 1), this.options.backoff, this.random),
+          );
+          report.retried++;
+          report.held++;
+          this.logger.warn(
+            'publish failed for a reason of the environment; will retry without spending an attempt',
+            {
+              ...fields,
+              retry_in_ms: delayMs,
+            },
+          );
+          return {
+            id: event.id,
+            status: 'retry',
+            error: outcome.error,
+            delayMs,
+            delivered: outcome.delivered,
+            refund: true,
+            waitingFor: outcome.waitingFor,
+          };
+        }
+        const error = `pending for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`;
+        report.deadLettered++;
+        bump(report.deadLetteredByType, event.eventType);
+        this.logger.error('event dead-lettered', { ...fields, error });
+        return { id: event.id, status: 'dead', error, delivered: outcome.delivered };
+      }
       if (!outcome.retryable || event.attempts >= this.options.maxAttempts) {
         const error = outcome.retryable
           ? `attempt limit (${this.options.maxAttempts}) reached; last error: ${outcome.error}`
@@ -204,8 +296,34 @@ export class Relay {
       const delayMs = backoffDelay(event.attempts, this.options.backoff, this.random);
       report.retried++;
       this.logger.warn('publish failed; will retry', { ...fields, retry_in_ms: delayMs });
-      return { id: event.id, status: 'retry', error: outcome.error, delayMs, delivered: outcome.delivered };
+      return {
+        id: event.id,
+        status: 'retry',
+        error: outcome.error,
+        delayMs,
+        delivered: outcome.delivered,
+        refund: false,
+      };
     });
+  }
+
+  /**
+   * A target answered again after an outage: the events held back for it go
+   * out now instead of waiting out their hold.
+   */
+  private async releaseRecovered() {
+    for (const target of this.deps.publisher.takeRecoveredTargets?.() ?? []) {
+      try {
+        const released = await releaseWaiting(this.deps.db, target);
+        this.logger.info('target answers again; released the events waiting for it', { target, released });
+      } catch (error) {
+        // They go out when their hold ends; only the shortcut is lost.
+        this.logger.warn('could not release events waiting for a recovered target', {
+          target,
+          error: String(error),
+        });
+      }
+    }
   }
 
   /**
@@ -238,6 +356,8 @@ export class Relay {
     let stoppedBecause: RelaySummary['stoppedBecause'] = 'time';
     let stop = false;
     const timeLeft = () => run.remainingMs() - this.options.safetyMarginMs;
+    // Kept back at the end of the invocation to record outcomes.
+    const reserveMs = Math.min(2_000, this.options.safetyMarginMs / 2);
 
     const loop = async () => {
       while (!stop) {
@@ -248,7 +368,7 @@ export class Relay {
         if (timeLeft() <= 0) break;
         let report: BatchReport;
         try {
-          report = await this.processBatch();
+          report = await this.processBatch({ budgetMs: run.remainingMs() - reserveMs });
         } catch (error) {
           stop = true; // let the other loops finish their batch, then fail the invocation
           throw error;
@@ -256,7 +376,14 @@ export class Relay {
         if (report.claimed > 0 || report.deadLettered > 0) {
           total.batches++;
           durations.push(report.durationMs);
-          for (const key of ['claimed', 'published', 'retried', 'deadLettered', 'leaseLost'] as const) {
+          for (const key of [
+            'claimed',
+            'published',
+            'retried',
+            'held',
+            'deadLettered',
+            'leaseLost',
+          ] as const) {
             total[key] += report[key];
           }
           for (const [t, n] of Object.entries(report.failedByType)) bump(total.failedByType, t, n);
@@ -281,7 +408,8 @@ export class Relay {
       durationMs: performance.now() - started,
       stoppedBecause,
     };
-    if (!run.skipStats && !failure) summary.stats = await outboxStats(this.deps.db);
+    if (!run.skipStats && !failure && run.remainingMs() > reserveMs)
+      summary.stats = await outboxStats(this.deps.db);
     this.recordMetrics(summary, durations);
     if (failure) throw failure.reason;
     return summary;
@@ -291,6 +419,8 @@ export class Relay {
     const m = this.metrics;
     m.record('Published', 'Count', summary.published);
     m.record('Retried', 'Count', summary.retried);
+    // Events held back because a target failed for reasons of the environment.
+    m.record('TargetUnavailable', 'Count', summary.held);
     m.record('LeaseLost', 'Count', summary.leaseLost);
     const failed = Object.values(summary.failedByType).reduce((a, b) => a + b, 0);
     m.record('Failed', 'Count', failed);

@@ -3,7 +3,17 @@ import type { Queryable } from './claim-batch.js';
 /** The decided fate of one claimed event. */
 export type Completion =
   | { id: string; status: 'published'; delivered: string[] }
-  | { id: string; status: 'retry'; error: string; delayMs: number; delivered: string[] }
+  | {
+      id: string;
+      status: 'retry';
+      error: string;
+      delayMs: number;
+      delivered: string[];
+      /** Give back the attempt the claim counted: the failure was the environment's. */
+      refund: boolean;
+      /** Targets the event waits for; a recovered target releases it early. */
+      waitingFor?: string[] | undefined;
+    }
   | { id: string; status: 'dead'; error: string; delivered: string[] };
 
 // One set-based statement for the whole batch, whatever the mix of outcomes.
@@ -13,16 +23,22 @@ export type Completion =
 // claimed the row since, the row is theirs and this statement leaves it alone.
 // Times come from the database clock (now()), like the claim's, so relays with
 // skewed clocks agree on leases and backoff.
+// A refunded retry gives back the attempt the claim counted: an outage is
+// not the event's fault (the claim still counts a lease that expires with no
+// outcome, so a relay that keeps crashing on an event dead-letters it).
 const COMPLETE = `
 UPDATE outbox_events e
 SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
+    attempts = CASE WHEN o.status = 'retry' AND o.refund THEN greatest(e.attempts - 1, 0) ELSE e.attempts END,
+    waiting_for = CASE WHEN o.status = 'retry' THEN o.waiting_for END,
     dead_lettered_at = CASE WHEN o.status = 'dead' THEN now() END,
     retry_after = CASE WHEN o.status = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' END,
     last_error = CASE WHEN o.status = 'published' THEN e.last_error ELSE o.error END,
     delivered_targets = CASE WHEN o.status = 'published' THEN '{}'::text[] ELSE o.delivered END,
     locked_until = NULL,
     locked_by = NULL
-FROM jsonb_to_recordset($1::jsonb) AS o(id uuid, status text, error text, delay_ms bigint, delivered text[])
+FROM jsonb_to_recordset($1::jsonb)
+  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[])
 WHERE e.id = o.id
   AND e.locked_by = $2::uuid
 RETURNING e.id`;
@@ -33,6 +49,7 @@ const COMPLETE_ALL_PUBLISHED = `
 UPDATE outbox_events
 SET processed_at = now(),
     delivered_targets = '{}'::text[],
+    waiting_for = NULL,
     locked_until = NULL,
     locked_by = NULL
 WHERE id = ANY($1::uuid[])
@@ -63,6 +80,8 @@ export async function completeBatch(
     error: c.status === 'published' ? null : c.error,
     delay_ms: c.status === 'retry' ? Math.round(c.delayMs) : null,
     delivered: c.delivered,
+    refund: c.status === 'retry' && c.refund,
+    waiting_for: c.status === 'retry' && c.waitingFor?.length ? c.waitingFor : null,
   }));
   const { rows } = await db.query<{ id: string }>(COMPLETE, [JSON.stringify(payload), leaseId]);
   return new Set(rows.map((r) => r.id));

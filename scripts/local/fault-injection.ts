@@ -19,6 +19,7 @@ export function injectFailures(publisher: Publisher, failRate: number, random = 
             eventId: e.id,
             ok: false as const,
             retryable: true,
+            environment: false,
             code: 'InjectedFailure',
             error: 'injected failure (--fail-rate)',
             delivered: e.deliveredTargets,

@@ -1,6 +1,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type pg from 'pg';
+import type { CircuitBreakerOptions } from '../../lib/publish/circuit-breaker.js';
 import { createAwsPublisher } from '../../lib/publish/router.js';
 import type { RouteConfig } from '../../lib/publish/routes.js';
 import type { RelayOptions } from '../../lib/relay/options.js';
@@ -17,6 +18,7 @@ export function emulatorRelay(
   clients: { sqs: SQSClient; eventBridge: EventBridgeClient },
   routes: RouteConfig[],
   options: RelayOptions = {},
+  extra: { circuit?: CircuitBreakerOptions; now?: () => number; onCall?: () => void } = {},
 ) {
   const log = captureLogger();
   const metrics = captureMetrics();
@@ -26,6 +28,8 @@ export function emulatorRelay(
     eventBridge: clients.eventBridge,
     source: 'outbox',
     concurrency: 4,
+    circuit: extra.circuit,
+    onCall: extra.onCall,
   });
   const relay = new Relay({
     db: pool,
@@ -34,6 +38,7 @@ export function emulatorRelay(
     logger: log.logger,
     metrics: metrics.metrics,
     random: () => 0.5,
+    now: extra.now,
   });
   return { relay, log, metrics, publisher };
 }

@@ -143,6 +143,7 @@ describe('sendBatchOrSplit', () => {
       items.map(() => ({
         ok: false,
         retryable: true,
+        environment: true,
         code: 'ThrottlingException',
         error: 'EventBridge throttled error: ThrottlingException: slow down',
       })),

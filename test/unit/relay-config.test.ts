@@ -13,6 +13,7 @@ describe('loadRelayConfig', () => {
       eventSource: 'outbox',
       concurrency: 8,
       listen: false,
+      circuit: { failureThreshold: undefined, probeMaxMs: undefined },
     });
   });
 
@@ -32,7 +33,11 @@ describe('loadRelayConfig', () => {
       OUTBOX_LISTEN: 'true',
       OUTBOX_CONCURRENCY: '16',
       OUTBOX_EVENT_SOURCE: 'shop.orders',
+      OUTBOX_MAX_PENDING_AGE_MS: '7200000',
+      OUTBOX_TARGET_FAILURES: '5',
+      OUTBOX_TARGET_PROBE_MAX_MS: '30000',
     });
+    expect(config.circuit).toEqual({ failureThreshold: 5, probeMaxMs: 30_000 });
     expect(config.relay).toEqual({
       batchSize: 250,
       workers: 3,
@@ -42,6 +47,7 @@ describe('loadRelayConfig', () => {
       ordering: 'aggregate',
       safetyMarginMs: 5000,
       idleWaitMs: 100,
+      maxPendingAgeMs: 7_200_000,
     });
     expect(config).toMatchObject({ concurrency: 16, listen: true, eventSource: 'shop.orders' });
   });
@@ -55,6 +61,20 @@ describe('loadRelayConfig', () => {
       /queueUrl/,
     ],
     ['OUTBOX_ROUTES', { OUTBOX_ROUTES: '[{"match":"x","targets":[{"type":"kafka"}]}]' }, /type/],
+    [
+      'OUTBOX_ROUTES',
+      {
+        OUTBOX_ROUTES: JSON.stringify([
+          { match: 'a.*', targets: [{ type: 'sqs', queueUrl: 'https://q.example/1/q' }] },
+          {
+            match: 'b.*',
+            targets: [{ type: 'sqs', queueUrl: 'https://q.example/1/q', maxMessageBytes: 2048 }],
+          },
+        ]),
+      },
+      /routes\[1\]\.targets\[0\] and routes\[0\]\.targets\[0\] name the same destination/,
+    ],
+    ['OUTBOX_TARGET_FAILURES', { OUTBOX_ROUTES: routes, OUTBOX_TARGET_FAILURES: '0' }, /from 1 to 100/],
     ['OUTBOX_BATCH_SIZE', { OUTBOX_ROUTES: routes, OUTBOX_BATCH_SIZE: '0' }, /from 1 to 5000/],
     ['OUTBOX_ORDERING', { OUTBOX_ROUTES: routes, OUTBOX_ORDERING: 'fifo' }, /"none" or "aggregate"/],
     ['OUTBOX_LISTEN', { OUTBOX_ROUTES: routes, OUTBOX_LISTEN: 'maybe' }, /true or false/],

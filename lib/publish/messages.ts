@@ -1,0 +1,153 @@
+import { createHash } from 'node:crypto';
+import type { PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import type { MessageAttributeValue, SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
+import { PublishError } from '../errors.js';
+import type { OutboxEvent } from '../outbox/types.js';
+
+/**
+ * Turning one outbox row into the exact message a broker receives. Both
+ * transports build their entries here, and the write API measures the same
+ * bytes, so "fits" means the same thing at enqueue time and at publish time.
+ *
+ * A row that cannot become a message (headers that are not an object of
+ * strings, a payload that is not JSON text) throws {@link MessageBuildError}:
+ * a permanent failure of that event alone, never of its batch.
+ */
+
+/** The event itself cannot be turned into a message; retrying cannot help. */
+export class MessageBuildError extends PublishError {
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, { ...options, retryable: false, code: 'InvalidEvent' });
+    this.name = 'MessageBuildError';
+  }
+}
+
+function checkedHeaders(event: Pick<OutboxEvent, 'headers'>): Record<string, string> {
+  const headers = event.headers as unknown;
+  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) {
+    throw new MessageBuildError(`headers must be a JSON object of strings, got ${JSON.stringify(headers)}`);
+  }
+  for (const [key, value] of Object.entries(headers)) {
+    if (typeof value !== 'string') {
+      throw new MessageBuildError(`header "${key}" must be a string, got ${typeof value}`);
+    }
+  }
+  return headers as Record<string, string>;
+}
+
+function occurredAt(event: Pick<OutboxEvent, 'createdAt'>): string {
+  const at = event.createdAt;
+  if (!(at instanceof Date) || Number.isNaN(at.getTime())) {
+    throw new MessageBuildError(`created_at is not a valid time (${String(at)})`);
+  }
+  return at.toISOString();
+}
+
+/**
+ * The envelope's JSON text. The payload goes in as the committed text
+ * (`payload::text`), never re-serialized from a parsed value, so numbers such
+ * as 12345678901234567890 or 10.10 arrive exactly as they were stored.
+ * Field order and names are those of {@link Envelope} (Debezium-compatible).
+ */
+export function envelopeJson(
+  event: Pick<
+    OutboxEvent,
+    'id' | 'eventType' | 'aggregateType' | 'aggregateId' | 'createdAt' | 'payload' | 'payloadJson' | 'headers'
+  >,
+): string {
+  const headers = checkedHeaders(event);
+  const payload = event.payloadJson ?? JSON.stringify(event.payload);
+  if (typeof payload !== 'string' || payload.length === 0) {
+    throw new MessageBuildError('payload is not JSON text');
+  }
+  return (
+    `{"id":${JSON.stringify(event.id)},"type":${JSON.stringify(event.eventType)}` +
+    `,"aggregateType":${JSON.stringify(event.aggregateType)},"aggregateId":${JSON.stringify(event.aggregateId)}` +
+    `,"occurredAt":"${occurredAt(event)}","payload":${payload},"headers":${JSON.stringify(headers)}}`
+  );
+}
+
+/**
+ * MessageGroupId allows at most 128 characters; longer aggregate keys are
+ * replaced by their SHA-256 so that one aggregate still maps to one group.
+ */
+export function messageGroupId(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
+  const key = `${event.aggregateType}:${event.aggregateId}`;
+  return key.length <= 128 && /^[\x21-\x7e]+$/.test(key)
+    ? key
+    : `sha256:${createHash('sha256').update(key).digest('hex')}`;
+}
+
+function attribute(value: string): MessageAttributeValue {
+  return { DataType: 'String', StringValue: value };
+}
+
+/** SQS counts attribute names, types and values towards the message size. */
+function attributesBytes(attributes: Record<string, MessageAttributeValue>): number {
+  let bytes = 0;
+  for (const [name, value] of Object.entries(attributes)) {
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? '');
+    bytes += Buffer.byteLength(value.StringValue ?? '');
+  }
+  return bytes;
+}
+
+export interface SqsMessage {
+  /** The batch entry without its `Id` (the transport numbers entries per call). */
+  entry: Omit<SendMessageBatchRequestEntry, 'Id'>;
+  /** Size as SQS counts it: body plus attribute names, types and values. */
+  bytes: number;
+}
+
+/** The SQS message for an event; FIFO queues also get group and deduplication ids. */
+export function sqsMessage(event: OutboxEvent, options: { fifo: boolean }): SqsMessage {
+  const body = envelopeJson(event);
+  const attributes = {
+    eventId: attribute(event.id),
+    eventType: attribute(event.eventType),
+    aggregateType: attribute(event.aggregateType),
+    aggregateId: attribute(event.aggregateId),
+  };
+  const entry: SqsMessage['entry'] = { MessageBody: body, MessageAttributes: attributes };
+  if (options.fifo) {
+    entry.MessageGroupId = messageGroupId(event);
+    entry.MessageDeduplicationId = event.id;
+  }
+  return { entry, bytes: Buffer.byteLength(body) + attributesBytes(attributes) };
+}
+
+export interface EventBridgeMessage {
+  entry: PutEventsRequestEntry;
+  /** Size as EventBridge counts it (see {@link eventBridgeEntrySize}). */
+  bytes: number;
+}
+
+/**
+ * Entry size as EventBridge computes it: 14 bytes for the time field plus the
+ * UTF-8 sizes of Source, DetailType, Detail and Resources.
+ */
+export function eventBridgeEntrySize(entry: PutEventsRequestEntry): number {
+  return (
+    14 +
+    Buffer.byteLength(entry.Source ?? '') +
+    Buffer.byteLength(entry.DetailType ?? '') +
+    Buffer.byteLength(entry.Detail ?? '') +
+    (entry.Resources ?? []).reduce((sum, r) => sum + Buffer.byteLength(r), 0)
+  );
+}
+
+/** The PutEvents entry for an event: `DetailType` = event type, `Detail` = the envelope. */
+export function eventBridgeMessage(
+  event: OutboxEvent,
+  options: { busName: string; source: string },
+): EventBridgeMessage {
+  const entry: PutEventsRequestEntry = {
+    EventBusName: options.busName,
+    Source: options.source,
+    DetailType: event.eventType,
+    Detail: envelopeJson(event),
+  };
+  const traceHeader = event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id'];
+  if (traceHeader) entry.TraceHeader = traceHeader;
+  return { entry, bytes: eventBridgeEntrySize(entry) };
+}
