@@ -22,6 +22,12 @@ async function buildPool(): Promise<pg.Pool> {
   return created;
 }
 
+/** The action the raw payload asked for, for log lines about a refused request. */
+function actionOf(event: unknown): string {
+  const action = event && typeof event === 'object' && 'action' in event ? event.action : undefined;
+  return action === 'discard' ? 'discard' : 'redrive';
+}
+
 /**
  * Who asked, as far as Lambda can tell. A direct `lambda:Invoke` carries no
  * IAM principal in the context (CloudTrail records it), so the payload's
@@ -45,8 +51,9 @@ function caller(event: unknown, context: Context) {
 
 /**
  * Operator-invoked: the payload is the redrive request, e.g.
- * `{"eventType":"order.created","dryRun":true}`. Returns `{ dryRun, matched,
- * reset, ids }`. A bad request fails the invocation with the
+ * `{"eventType":"order.created","dryRun":true}`, or with `"action":"discard"`
+ * to finish dead letters without publishing them. Returns `{ action, dryRun,
+ * matched, reset, discarded, ids }`. A bad request fails the invocation with the
  * `ValidationError` (errorType `ValidationError`, errorMessage naming the
  * field) and changes nothing.
  */
@@ -59,13 +66,17 @@ export async function redriveHandler(event: unknown, context: Context): Promise<
     if (error instanceof ValidationError) {
       // The caller's mistake, not the function's: warn, and fail the invocation
       // so `serverless invoke` / `aws lambda invoke` show the reason.
-      logger.warn('redrive refused: invalid request', { ...who, field: error.field, error: error.message });
+      logger.warn(`${actionOf(event)} refused: invalid request`, {
+        ...who,
+        field: error.field,
+        error: error.message,
+      });
       metrics.addMetric('RedriveRefused', MetricUnit.Count, 1);
     }
     throw error;
   }
   const { requestedBy: _, ...filter } = request;
-  logger.info('redrive requested', { ...who, request: filter });
+  logger.info(`${request.action} requested`, { ...who, request: filter });
 
   pool ??= buildPool().catch((error) => {
     pool = undefined; // retry the setup on the next invocation
@@ -73,12 +84,16 @@ export async function redriveHandler(event: unknown, context: Context): Promise<
   });
   const result = await redrive(await pool, request);
 
-  metrics.addMetric('Redriven', MetricUnit.Count, result.reset);
-  logger.info(result.dryRun ? 'redrive dry run' : 'dead letters redriven', {
+  if (result.action === 'discard') metrics.addMetric('Discarded', MetricUnit.Count, result.discarded);
+  else metrics.addMetric('Redriven', MetricUnit.Count, result.reset);
+  const done = result.action === 'discard' ? 'dead letters discarded' : 'dead letters redriven';
+  logger.info(result.dryRun ? `${result.action} dry run` : done, {
     ...who,
+    action: result.action,
     dry_run: result.dryRun,
     matched: result.matched,
     reset: result.reset,
+    discarded: result.discarded,
     ids: result.ids.slice(0, MAX_LOGGED_IDS),
     ids_truncated: result.ids.length > MAX_LOGGED_IDS,
   });

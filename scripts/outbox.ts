@@ -1,9 +1,10 @@
 /**
  * Operator CLI for the outbox: `npm run outbox -- <command>`.
  *
- *   status                          pending, leased, backing off, dead letters, oldest pending age
+ *   status                          pending, leased, backing off, dead letters, blocked aggregates, oldest pending age
  *   dead-letters [--type] [--limit] dead letters with the reason they failed
  *   redrive <filters> [--dry-run]   dead letters back to pending (same rules as the redrive function)
+ *   discard <filters> [--dry-run]   dead letters finished without publishing (releases their aggregate)
  *
  * Every command takes `--json`. Connects with DATABASE_URL. Exit codes: 0 ok,
  * 1 failure (e.g. database unreachable), 2 bad usage or input; the reason is
@@ -97,6 +98,7 @@ async function status(options: { json?: boolean }) {
         ['  leased (being published)', String(stats.leased)],
         ['  backing off (will retry)', String(stats.backingOff)],
         ['dead letters', String(stats.deadLetters)],
+        ['  aggregates held back (ordered, block)', String(stats.blockedAggregates)],
       ],
     ),
   );
@@ -141,8 +143,9 @@ interface RedriveFlags {
   json?: boolean;
 }
 
-async function redrive(flags: RedriveFlags) {
+async function redrive(flags: RedriveFlags, action: 'redrive' | 'discard' = 'redrive') {
   const input: RedriveInput = {
+    action,
     ids: flags.id,
     eventType: flags.type,
     aggregateType: flags.aggregateType,
@@ -163,7 +166,13 @@ async function redrive(flags: RedriveFlags) {
 function describeRedrive(result: RedriveResult): string {
   const lines: string[] = [];
   const beyond = result.matched - result.ids.length;
-  if (result.dryRun) {
+  if (result.action === 'discard') {
+    lines.push(
+      result.dryRun
+        ? `dry run: matched ${deadLetterCount(result.matched)}; ${result.ids.length} would be discarded (never published). Nothing was changed.`
+        : `discarded ${deadLetterCount(result.discarded)} (${result.matched} matched): finished without being published; their aggregates are released.`,
+    );
+  } else if (result.dryRun) {
     lines.push(
       `dry run: matched ${deadLetterCount(result.matched)}; ${result.ids.length} would be reset. Nothing was changed.`,
     );
@@ -215,7 +224,24 @@ export function program(): Command {
     .option('--all', 'allow an empty filter: every dead letter, up to --limit')
     .option('--dry-run', 'show what would be reset; change nothing')
     .option('--json', 'print JSON')
-    .action(redrive);
+    .action((flags: RedriveFlags) => redrive(flags));
+
+  cli
+    .command('discard')
+    .description(
+      'finish dead letters without publishing them (releases an aggregate held in ordered mode); try --dry-run first',
+    )
+    .option('--id <uuid>', 'event id (repeatable)', collect)
+    .option('--type <eventType>', 'event type')
+    .option('--aggregate-type <type>', 'aggregate type')
+    .option('--aggregate-id <id>', 'aggregate id')
+    .option('--after <iso>', 'dead-lettered at or after (ISO 8601 with offset, e.g. 2025-01-31T12:00:00Z)')
+    .option('--before <iso>', 'dead-lettered before (ISO 8601 with offset)')
+    .option('--limit <n>', 'most rows to discard (default 100, at most 10000)', wholeNumber(0))
+    .option('--all', 'allow an empty filter: every dead letter, up to --limit')
+    .option('--dry-run', 'show what would be discarded; change nothing')
+    .option('--json', 'print JSON')
+    .action((flags: RedriveFlags) => redrive(flags, 'discard'));
 
   return cli;
 }

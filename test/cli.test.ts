@@ -94,8 +94,51 @@ describe('scripts/outbox.ts', () => {
       leased: 1,
       backingOff: 1,
       deadLetters: 3,
+      blockedAggregates: 0,
       oldestPendingAgeSeconds: expect.any(Number),
     });
+  });
+
+  it('discard: --dry-run first; then finished without publishing, out of the dead letters, aggregate released, in history', async () => {
+    // A later event of inv-0 waits behind its dead letter: the aggregate is held back.
+    await insertEvents(db.pool, 1, () => ({ aggregateType: 'invoice', aggregateId: 'inv-0' }));
+    const status = await outbox(['status']);
+    expect(status.stdout).toMatch(/^ {2}aggregates held back \(ordered, block\)\s+1$/m);
+
+    const refused = await outbox(['discard']);
+    expectOneLineError(refused, 2, /^error: all: no filter given; .*discard every dead letter.* \(--all\)$/);
+
+    const dry = await outbox(['discard', '--aggregate-id', 'inv-0', '--dry-run']);
+    expect(dry.code).toBe(0);
+    expect(dry.stdout).toMatch(
+      /^dry run: matched 1 dead letter; 1 would be discarded \(never published\)\. Nothing was changed\.$/m,
+    );
+    expect(dry.stdout).toContain(dead[0]);
+    expect(await deadCount()).toBe(3);
+
+    const real = await outbox(['discard', '--id', dead[0]!, '--json']);
+    expect(real.code).toBe(0);
+    expect(JSON.parse(real.stdout)).toEqual({
+      action: 'discard',
+      dryRun: false,
+      matched: 1,
+      reset: 0,
+      discarded: 1,
+      ids: [dead[0]],
+    });
+    expect(await deadCount()).toBe(2);
+    const { rows } = await db.pool.query(
+      'SELECT id, discarded_by, last_error FROM outbox_discarded_events ORDER BY seq',
+    );
+    expect(rows).toEqual([
+      {
+        id: dead[0],
+        discarded_by: expect.stringMatching(/^cli:/),
+        last_error: 'no route for event type "invoice.sent"',
+      },
+    ]);
+    const after = JSON.parse((await outbox(['status', '--json'])).stdout);
+    expect(after).toMatchObject({ deadLetters: 2, blockedAggregates: 0, pending: 4 });
   });
 
   it('dead-letters: id, type, aggregate, attempts, when and why; --type and --limit narrow it', async () => {
@@ -145,7 +188,14 @@ describe('scripts/outbox.ts', () => {
     expect(await deadCount()).toBe(3);
 
     const json = await outbox(['redrive', '--id', dead[0]!, '--id', dead[2]!, '--dry-run', '--json']);
-    expect(JSON.parse(json.stdout)).toEqual({ dryRun: true, matched: 2, reset: 0, ids: [dead[0], dead[2]] });
+    expect(JSON.parse(json.stdout)).toEqual({
+      action: 'redrive',
+      dryRun: true,
+      matched: 2,
+      reset: 0,
+      discarded: 0,
+      ids: [dead[0], dead[2]],
+    });
     expect(await deadCount()).toBe(3);
 
     const real = await outbox(['redrive', '--aggregate-type', 'invoice', '--limit', '2']);

@@ -44,13 +44,27 @@ describe('functions/redrive handler', () => {
       { eventType: 'order.created', dryRun: true, requestedBy: 'alice@example.com' },
       context as never,
     );
-    expect(preview).toEqual({ dryRun: true, matched: 3, reset: 0, ids: ids.slice(0, 3) });
+    expect(preview).toEqual({
+      action: 'redrive',
+      dryRun: true,
+      matched: 3,
+      reset: 0,
+      discarded: 0,
+      ids: ids.slice(0, 3),
+    });
 
     const done = await handler(
       { eventType: 'order.created', requestedBy: 'alice@example.com' },
       context as never,
     );
-    expect(done).toEqual({ dryRun: false, matched: 3, reset: 3, ids: ids.slice(0, 3) });
+    expect(done).toEqual({
+      action: 'redrive',
+      dryRun: false,
+      matched: 3,
+      reset: 3,
+      discarded: 0,
+      ids: ids.slice(0, 3),
+    });
 
     const refused = await handler({ eventType: 'order.paid', limit: 50_000 }, context as never).catch(
       (error: unknown) => error,

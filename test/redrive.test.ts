@@ -58,7 +58,14 @@ describe('redriveDeadLetters', () => {
 
     const result = await redriveDeadLetters(db.pool, { eventType: 'order.shipped', dryRun: true });
 
-    expect(result).toEqual({ dryRun: true, matched: 3, reset: 0, ids: dead });
+    expect(result).toEqual({
+      action: 'redrive',
+      dryRun: true,
+      matched: 3,
+      reset: 0,
+      discarded: 0,
+      ids: dead,
+    });
     expect(await snapshot()).toEqual(before);
   });
 
@@ -74,7 +81,14 @@ describe('redriveDeadLetters', () => {
 
     const result = await redriveDeadLetters(db.pool, { ids: [...chosen, pending!, processed!] });
 
-    expect(result).toEqual({ dryRun: false, matched: 2, reset: 2, ids: chosen });
+    expect(result).toEqual({
+      action: 'redrive',
+      dryRun: false,
+      matched: 2,
+      reset: 2,
+      discarded: 0,
+      ids: chosen,
+    });
     const after = await snapshot();
     for (const row of after) {
       if (!chosen.includes(row.id)) expect(row).toEqual(before.find((b) => b.id === row.id));

@@ -33,6 +33,13 @@ const instant = z.iso
  * cannot silently widen a redrive to every dead letter.
  */
 export const redriveInputSchema = z.strictObject({
+  /**
+   * `redrive` (default): back to pending, the relay publishes them again.
+   * `discard`: finish them without publishing (they leave the dead letters,
+   * release their aggregate in ordered mode, and stay as history with
+   * `discarded_at` / `discarded_by` until retention deletes them).
+   */
+  action: z.enum(['redrive', 'discard'], { error: 'must be "redrive" or "discard"' }).optional(),
   /** Event ids. Any 8-4-4-4-12 hex id, like the write API accepts (not only RFC 4122 versions). */
   ids: z
     .array(z.guid({ error: 'must be a UUID' }), { error: 'must be an array of UUIDs' })
@@ -64,6 +71,7 @@ export type RedriveInput = z.input<typeof redriveInputSchema>;
 
 /** A validated redrive request with defaults applied. */
 export interface RedriveRequest {
+  action: 'redrive' | 'discard';
   ids?: string[];
   eventType?: string;
   aggregateType?: string;
@@ -126,12 +134,13 @@ export function parseRedriveInput(input: unknown): RedriveRequest {
       },
     );
   }
-  const { limit, dryRun, all, ...rest } = parsed.data;
+  const { action, limit, dryRun, all, ...rest } = parsed.data;
   const request: RedriveRequest = {
     ...(Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined)) as Omit<
       RedriveRequest,
-      'limit' | 'dryRun' | 'all'
+      'action' | 'limit' | 'dryRun' | 'all'
     >),
+    action: action ?? 'redrive',
     // A list of ids is a complete request by itself: do not cut it at the default.
     limit: limit ?? Math.max(DEFAULT_REDRIVE_LIMIT, rest.ids?.length ?? 0),
     dryRun: dryRun ?? false,
@@ -147,7 +156,7 @@ export function parseRedriveInput(input: unknown): RedriveRequest {
   if (!request.all && !FILTERS.some((f) => request[f] !== undefined)) {
     throw new ValidationError(
       'all',
-      `no filter given; pass at least one of ${FILTERS.join(', ')}, or all: true to redrive every dead letter (up to limit)`,
+      `no filter given; pass at least one of ${FILTERS.join(', ')}, or all: true to ${request.action} every dead letter (up to limit)`,
     );
   }
   return request;

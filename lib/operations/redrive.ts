@@ -1,38 +1,52 @@
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/transaction.js';
-import { countDeadLetters, resetDeadLetters, selectDeadLetters } from '../sql/redrive-dead-letters.js';
+import {
+  countDeadLetters,
+  discardDeadLetters,
+  resetDeadLetters,
+  selectDeadLetters,
+} from '../sql/redrive-dead-letters.js';
 import { parseRedriveInput, type RedriveRequest } from './redrive-input.js';
 
 export { parseRedriveInput, type RedriveInput, type RedriveRequest } from './redrive-input.js';
 
-/** What a redrive matched and did. */
+/** What a redrive (or discard) matched and did. */
 export interface RedriveResult {
+  action: 'redrive' | 'discard';
   dryRun: boolean;
   /** Dead letters matching the filter, including any beyond `limit`. */
   matched: number;
-  /** Rows reset to pending (always 0 on a dry run). */
+  /** Rows reset to pending (redrive; always 0 on a dry run or a discard). */
   reset: number;
-  /** Ids reset (or, on a dry run, that would be reset), oldest first; at most `limit`. */
+  /** Rows finished without being published (discard; always 0 on a dry run or a redrive). */
+  discarded: number;
+  /** Ids changed (or, on a dry run, that would be), oldest first; at most `limit`. */
   ids: string[];
 }
 
 /**
- * Moves dead letters back to pending so the relay publishes them again.
+ * Moves dead letters back to pending so the relay publishes them again, or
+ * (`action: 'discard'`) finishes them without publishing.
  *
  * The input is validated first ({@link parseRedriveInput}); a bad request
  * throws a `ValidationError` and touches nothing. Then, in one transaction,
- * the first `limit` matching dead letters (by seq) are locked and reset:
- * attempts 0, backoff and lease cleared, `dead_lettered_at` NULL,
- * `redrive_count` + 1, `redriven_at` now. `last_error` and
- * `delivered_targets` are kept (history; no re-send to targets that already
- * accepted the event). A dry run runs the same selection in a read-only
- * transaction without locks.
+ * the first `limit` matching dead letters (by seq) are locked and changed.
+ * A redrive resets them: attempts 0, backoff and lease cleared,
+ * `dead_lettered_at` NULL, `redrive_count` + 1, `redriven_at` now;
+ * `last_error` and `delivered_targets` are kept (history; no re-send to
+ * targets that already accepted the event). A discard sets `processed_at`,
+ * `discarded_at` and `discarded_by` (the request's `requestedBy`) and clears
+ * `dead_lettered_at`: the event is never published, leaves the dead letters,
+ * and in ordered mode releases its aggregate. A dry run runs the same
+ * selection in a read-only transaction without locks.
  *
  * @example
  * const preview = await redriveDeadLetters(pool, { eventType: 'order.created', dryRun: true });
- * // → { dryRun: true, matched: 3, reset: 0, ids: [...] }
+ * // → { action: 'redrive', dryRun: true, matched: 3, reset: 0, discarded: 0, ids: [...] }
  * const done = await redriveDeadLetters(pool, { ids: preview.ids, requestedBy: 'alice' });
- * // → { dryRun: false, matched: 3, reset: 3, ids: [...] }
+ * // → { action: 'redrive', dryRun: false, matched: 3, reset: 3, discarded: 0, ids: [...] }
+ * await redriveDeadLetters(pool, { action: 'discard', ids: ['…'], requestedBy: 'alice' });
+ * // → { action: 'discard', dryRun: false, matched: 1, reset: 0, discarded: 1, ids: ['…'] }
  */
 export async function redriveDeadLetters(pool: Pool, input: unknown): Promise<RedriveResult> {
   return redrive(pool, parseRedriveInput(input));
@@ -46,8 +60,13 @@ export async function redrive(pool: Pool, request: RedriveRequest): Promise<Redr
     const selected = await selectDeadLetters(client, request, request.limit, { lock: !request.dryRun });
     // Counted after the lock, so the figure agrees with what was selected.
     const matched = await countDeadLetters(client, request);
-    if (request.dryRun) return { dryRun: true, matched, reset: 0, ids: selected };
+    const result = { action: request.action, dryRun: request.dryRun, matched, reset: 0, discarded: 0 };
+    if (request.dryRun) return { ...result, ids: selected };
+    if (request.action === 'discard') {
+      const done = await discardDeadLetters(client, selected, request.requestedBy ?? null);
+      return { ...result, discarded: done.size, ids: selected.filter((id) => done.has(id)) };
+    }
     const reset = await resetDeadLetters(client, selected);
-    return { dryRun: false, matched, reset: reset.size, ids: selected.filter((id) => reset.has(id)) };
+    return { ...result, reset: reset.size, ids: selected.filter((id) => reset.has(id)) };
   });
 }

@@ -8,19 +8,40 @@ export interface OutboxStats {
   /** Of those, waiting for their backoff to pass. */
   backingOff: number;
   deadLetters: number;
+  /**
+   * Aggregates with a dead letter and unfinished events after it: the
+   * aggregates an ordered relay with `deadLetterPolicy: 'block'` holds back
+   * until an operator redrives or discards the dead letter.
+   */
+  blockedAggregates: number;
   /** Age of the oldest unfinished event, in seconds (0 when none). */
   oldestPendingAgeSeconds: number;
 }
 
 // Pending figures come from the partial index's rows only; the dead-letter
 // count uses its own partial index. Neither scans processed history.
+// Blocked aggregates: one row per dead-lettered aggregate (its earliest dead
+// letter, from outbox_events_dead_letters_by_aggregate), then one probe of
+// outbox_events_unfinished_by_aggregate for a later unfinished event. Cost
+// follows the number of dead letters, not the backlog behind them.
 const STATS = `
 SELECT
   count(*)::int AS pending,
   count(*) FILTER (WHERE locked_until >= now())::int AS leased,
   count(*) FILTER (WHERE retry_after > now())::int AS backing_off,
   coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest,
-  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead
+  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead,
+  (SELECT count(*)
+   FROM (SELECT aggregate_type, aggregate_id, min(seq) AS seq
+         FROM outbox_events
+         WHERE dead_lettered_at IS NOT NULL
+         GROUP BY aggregate_type, aggregate_id) d
+   WHERE EXISTS (
+     SELECT 1 FROM outbox_events p
+     WHERE p.processed_at IS NULL AND p.dead_lettered_at IS NULL
+       AND p.aggregate_type = d.aggregate_type
+       AND p.aggregate_id = d.aggregate_id
+       AND p.seq > d.seq))::int AS blocked
 FROM outbox_events
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL`;
 
@@ -32,6 +53,7 @@ export async function outboxStats(db: Queryable): Promise<OutboxStats> {
     leased: r.leased,
     backingOff: r.backing_off,
     deadLetters: r.dead,
+    blockedAggregates: r.blocked,
     oldestPendingAgeSeconds: r.oldest,
   };
 }

@@ -83,6 +83,25 @@ WHERE id = ANY($1::uuid[])
   AND dead_lettered_at IS NOT NULL
 RETURNING id`;
 
+// Finished without being published, by an operator's decision. processed_at
+// is set so that the row counts as finished everywhere (claim, stats,
+// retention) and dead_lettered_at is cleared (the two are never both set), so
+// it leaves the dead-letter view and no longer holds its aggregate in ordered
+// mode. discarded_at / discarded_by record that it was never sent and who
+// decided; last_error keeps why it had been dead-lettered.
+const DISCARD = `
+UPDATE outbox_events
+SET processed_at = now(),
+    discarded_at = now(),
+    discarded_by = $2::text,
+    dead_lettered_at = NULL,
+    retry_after = NULL,
+    locked_until = NULL,
+    locked_by = NULL
+WHERE id = ANY($1::uuid[])
+  AND dead_lettered_at IS NOT NULL
+RETURNING id`;
+
 /** Counts every dead letter matching `filter` (no limit). */
 export async function countDeadLetters(db: Queryable, filter: DeadLetterFilter): Promise<number> {
   const { rows } = await db.query<{ n: number }>(COUNT, filterValues(filter));
@@ -110,5 +129,16 @@ export async function selectDeadLetters(
 export async function resetDeadLetters(db: Queryable, ids: readonly string[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
   const { rows } = await db.query<{ id: string }>(RESET, [ids]);
+  return new Set(rows.map((r) => r.id));
+}
+
+/** Finishes the given dead letters without publishing them; returns the ids it discarded. */
+export async function discardDeadLetters(
+  db: Queryable,
+  ids: readonly string[],
+  discardedBy: string | null,
+): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const { rows } = await db.query<{ id: string }>(DISCARD, [ids, discardedBy]);
   return new Set(rows.map((r) => r.id));
 }
