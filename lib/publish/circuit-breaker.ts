@@ -100,10 +100,14 @@ export class CircuitBreaker implements CallGate {
     }
   }
 
+  /**
+   * How long to hold an event the circuit refused: until the next probe, or,
+   * while a probe is in flight, briefly (it may succeed in a moment).
+   */
   retryAfterMs(): number {
     if (this.state === 'closed') return 0;
-    const untilProbe = this.nextProbeAt - this.now();
-    return Math.max(1_000, this.probing ? this.probeWaitMs : untilProbe);
+    if (this.probing) return Math.min(500, this.probeWaitMs);
+    return Math.max(50, this.nextProbeAt - this.now());
   }
 
   /** True once after each recovery. */
