@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { OutboxEvent } from '../../lib/outbox/types.js';
-import { classifyCallError } from '../../lib/publish/aws-errors.js';
+import { classifyCallError, classifyEntryError } from '../../lib/publish/aws-errors.js';
 import { chunkBySize, sendBatchOrSplit } from '../../lib/publish/batching.js';
+import { CircuitBreaker } from '../../lib/publish/circuit-breaker.js';
+import { RoutingPublisher } from '../../lib/publish/router.js';
 import { RouteTable } from '../../lib/publish/routes.js';
 import { messageGroupId } from '../../lib/publish/sqs-transport.js';
-import type { TargetResult } from '../../lib/publish/types.js';
+import type { TargetResult, Transport } from '../../lib/publish/types.js';
 import { backoffDelay } from '../../lib/relay/backoff.js';
 import { resolveRelayOptions } from '../../lib/relay/options.js';
 
@@ -148,5 +150,106 @@ describe('sendBatchOrSplit', () => {
         error: 'EventBridge throttled error: ThrottlingException: slow down',
       })),
     );
+  });
+});
+
+describe('classifyEntryError', () => {
+  it('judges a per-entry code like the same code on a whole call', () => {
+    // SenderFault=true on a throttling or KMS code is still the environment's fault.
+    for (const code of ['ThrottlingException', 'KmsThrottled', 'KMS.ThrottlingException', 'InternalError']) {
+      expect(classifyEntryError(code, 'x', true)).toMatchObject({ retryable: true, environment: true });
+      expect(
+        classifyCallError(Object.assign(new Error('x'), { name: code, $metadata: { httpStatusCode: 400 } })),
+      ).toMatchObject({ retryable: true, environment: true });
+    }
+    expect(classifyEntryError('KmsAccessDenied', 'x', true)).toMatchObject({
+      kind: 'config',
+      environment: true,
+    });
+    expect(classifyEntryError('InvalidMessageContents', 'x', false)).toMatchObject({
+      retryable: false,
+      environment: false,
+    });
+    expect(classifyEntryError('MalformedDetail', 'x')).toMatchObject({ retryable: false });
+  });
+
+  it('falls back on SenderFault only for codes it does not know', () => {
+    expect(classifyEntryError('SomethingNew', 'x', true)).toMatchObject({ retryable: false });
+    expect(classifyEntryError('SomethingNew', 'x', false)).toMatchObject({
+      retryable: true,
+      environment: true,
+    });
+    // An unknown EventBridge code: retried, and each try spends an attempt.
+    expect(classifyEntryError('SomethingNew', 'x')).toMatchObject({ retryable: true, environment: false });
+  });
+});
+
+describe('CircuitBreaker', () => {
+  it('opens after consecutive environment failures, probes once per growing interval, closes on success', () => {
+    let now = 0;
+    const changes: string[] = [];
+    const breaker = new CircuitBreaker(
+      { failureThreshold: 3, probeBaseMs: 1_000, probeMaxMs: 4_000, now: () => now, random: () => 1 },
+      (c) => changes.push(c.state),
+    );
+    const env = { environment: true };
+    breaker.report(env);
+    breaker.report({ environment: false }); // an event's own fault says the target is fine
+    breaker.report(env);
+    breaker.report(env);
+    expect(breaker.allowCall()).toBe(true);
+    breaker.report(env);
+    expect(breaker.isOpen).toBe(true);
+    expect(breaker.allowCall()).toBe(false);
+    expect(breaker.retryAfterMs()).toBe(1_000);
+
+    now = 1_000;
+    expect(breaker.probeDue).toBe(true);
+    expect(breaker.allowCall()).toBe(true); // the probe
+    expect(breaker.allowCall()).toBe(false); // only one at a time
+    breaker.report(env); // probe failed: wait doubles
+    expect(breaker.retryAfterMs()).toBe(2_000);
+    now = 3_000;
+    expect(breaker.allowCall()).toBe(true);
+    breaker.report(env);
+    now = 7_000;
+    expect(breaker.allowCall()).toBe(true);
+    breaker.report(env);
+    expect(breaker.retryAfterMs()).toBe(4_000); // capped
+    expect(breaker.takeRecovered()).toBe(false);
+
+    now = 11_000;
+    expect(breaker.allowCall()).toBe(true);
+    breaker.report(undefined);
+    expect(breaker.isOpen).toBe(false);
+    expect(breaker.takeRecovered()).toBe(true);
+    expect(breaker.takeRecovered()).toBe(false);
+    expect(changes).toEqual(['open', 'open', 'open', 'open', 'closed']);
+  });
+});
+
+describe('RoutingPublisher', () => {
+  const event = (id: string): OutboxEvent => ({
+    id,
+    seq: '1',
+    aggregateType: 'order',
+    aggregateId: id,
+    eventType: 'order.created',
+    payload: {},
+    payloadJson: '{}',
+    headers: {},
+    createdAt: new Date(),
+    attempts: 1,
+    deliveredTargets: [],
+  });
+
+  it('treats a target that returns no result for an event as a retryable failure, never as delivered', async () => {
+    const silent: Transport = { key: 'sqs:https://q/1', send: async () => new Map() };
+    const publisher = new RoutingPublisher(
+      new RouteTable([{ match: '*', targets: [{ type: 'sqs', queueUrl: 'https://q/1' }] }]),
+      [silent],
+    );
+    const [outcome] = await publisher.publish([event('a')]);
+    expect(outcome).toMatchObject({ ok: false, retryable: true, environment: false, code: 'MissingResult' });
   });
 });
