@@ -46,25 +46,28 @@ export interface ClaimResult {
 // its outcome commits, so two relays can never hold two events of one
 // aggregate. Its cost must depend neither on table statistics nor on how many
 // rows wait behind a blocked aggregate, so it never walks rows in seq order:
-// - `heads` is a recursive skip scan over outbox_events_unfinished_by_aggregate:
+// - `heads` is a recursive skip scan over outbox_events_aggregate_heads:
 //   each step is one `ORDER BY type, id, seq LIMIT 1` probe for the first
-//   unfinished row of the next aggregate. The planner has no cheaper way to
-//   answer that than the index, with or without statistics. Cost: one probe
-//   per aggregate that has unfinished events, however many rows each has (an
-//   aggregate with a million queued rows costs one probe, like one with one).
+//   unfinished row of the next aggregate. Cost: one probe per aggregate that
+//   has unfinished events, however many rows each has (an aggregate with a
+//   million queued rows costs one probe, like one with one).
+// - Without statistics PostgreSQL guesses that `x IS NULL` matches 0.5% of
+//   rows, so every partial index whose predicate the WHERE implies looks
+//   nearly empty and it may walk the wrong one, filtering row by row (the
+//   whole backlog). So each part of the statement states "unfinished" in its
+//   own words, which imply exactly one index's predicate or none:
+//   `num_nulls(...) = 2` in the probes (only outbox_events_aggregate_heads,
+//   already in the probe's order), `coalesce(...) IS NULL` in the re-check
+//   (no partial index: the primary key is the only way in), and `IS NULL` in
+//   the unordered claim (outbox_events_claimable). Keep them that way.
 // - Heads that cannot be claimed (leased, backing off, or with the `block`
 //   policy, preceded by a dead letter of their aggregate: a probe of
 //   outbox_events_dead_letters_by_aggregate) drop out; the oldest $1 of the
 //   rest, by seq, become an array of ids.
-// - `picked` locks those rows by primary key (id = ANY(array)). The re-check
-//   after the lock is written with num_nulls() rather than IS NULL on
-//   purpose: without statistics PostgreSQL guesses IS NULL matches 0.5% of
-//   rows, so a partial index whose predicate those conditions imply looks
-//   almost empty and it would walk it, filtering by id (the whole backlog).
-//   num_nulls() implies no partial index predicate; the primary key is the
-//   only index left. The same re-check runs on the newest row version after
-//   the lock (READ COMMITTED), so a head finished or claimed by another relay
-//   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
+// - `picked` locks those rows by primary key (id = ANY(array)) and re-checks
+//   them. After the lock the re-check runs on the newest row version (READ
+//   COMMITTED), so a head finished or claimed by another relay since our
+//   snapshot is skipped, as is one SKIP LOCKED finds locked.
 // - With `skip`, dead letters are not unfinished: they fall out of the partial
 //   index and their aggregate's next event becomes its head.
 function orderedPicked(policy: 'block' | 'skip'): string {
@@ -72,7 +75,7 @@ function orderedPicked(policy: 'block' | 'skip'): string {
 WITH RECURSIVE heads AS (
   (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
    FROM outbox_events e
-   WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+   WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
    LIMIT 1)
   UNION ALL
@@ -81,7 +84,7 @@ WITH RECURSIVE heads AS (
   CROSS JOIN LATERAL (
     SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
     FROM outbox_events e
-    WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+    WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND (e.aggregate_type, e.aggregate_id) > (h.aggregate_type, h.aggregate_id)
     ORDER BY e.aggregate_type, e.aggregate_id, e.seq
     LIMIT 1) next
@@ -105,7 +108,7 @@ picked AS (
         }
       ORDER BY h.seq
       LIMIT $1))
-    AND num_nulls(e.processed_at, e.dead_lettered_at) = 2
+    AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
     AND (e.retry_after IS NULL OR e.retry_after <= now())
   LIMIT $1

@@ -22,7 +22,7 @@ export interface OutboxStats {
 // count uses its own partial index. Neither scans processed history.
 // Blocked aggregates: one row per dead-lettered aggregate (its earliest dead
 // letter, from outbox_events_dead_letters_by_aggregate), then one probe of
-// outbox_events_unfinished_by_aggregate for a later unfinished event. Cost
+// outbox_events_aggregate_heads for a later unfinished event. Cost
 // follows the number of dead letters, not the backlog behind them.
 const STATS = `
 SELECT
@@ -38,7 +38,7 @@ SELECT
          GROUP BY aggregate_type, aggregate_id) d
    WHERE EXISTS (
      SELECT 1 FROM outbox_events p
-     WHERE p.processed_at IS NULL AND p.dead_lettered_at IS NULL
+     WHERE num_nulls(p.processed_at, p.dead_lettered_at) = 2
        AND p.aggregate_type = d.aggregate_type
        AND p.aggregate_id = d.aggregate_id
        AND p.seq > d.seq))::int AS blocked
