@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { TargetProxy } from '../scripts/chaos/target-proxy.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { eventRows, insertEvents, lambdaContext } from './support/events.js';
@@ -54,6 +55,42 @@ describe('functions/relay handler', () => {
     expect(rows.filter((r) => r.processed_at !== null)).toHaveLength(summary.published);
     expect(summary.stats).toMatchObject({ pending: 3000 - summary.published, deadLetters: 0 });
     expect((await receiveAll(sqs, queue.url, 1)).length).toBeGreaterThan(0);
+  });
+
+  it('against an endpoint that accepts connections and never answers, returns before its timeout with nothing leased', async () => {
+    const { sqs } = awsClients();
+    const queue = await createQueue(sqs, uniqueName('handler-hung'));
+    await db.pool.query('TRUNCATE outbox_events');
+    await insertEvents(db.pool, 100);
+    const proxy = await TargetProxy.start(inject('awsEndpoint'));
+    proxy.setMode('blackhole');
+    try {
+      // The deployed settings (batch 100, 2 workers, 4 calls in flight, lease
+      // 120 s), with a shorter budget: 6 s and a 4 s margin.
+      // The SQS client sends to the queue URL's host, so the URL names the proxy.
+      const queueUrl = new URL(queue.url);
+      queueUrl.host = new URL(proxy.endpoint).host;
+      const { relayHandler } = await coldStart({
+        AWS_ENDPOINT_URL: proxy.endpoint,
+        OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queueUrl.href }] }]),
+        OUTBOX_BATCH_SIZE: '100',
+        OUTBOX_CONCURRENCY: '4',
+        OUTBOX_LEASE_MS: '120000',
+        OUTBOX_SAFETY_MARGIN_MS: '4000',
+        OUTBOX_MAX_ATTEMPTS: '3',
+      });
+      const budgetMs = 6_000;
+      const started = Date.now();
+      const summary = await relayHandler({}, lambdaContext(budgetMs) as never);
+      expect(Date.now() - started).toBeLessThan(budgetMs);
+      expect(summary).toMatchObject({ claimed: 100, published: 0, held: 100, deadLettered: 0 });
+      const rows = await eventRows(db.pool);
+      expect(rows.filter((r) => r.locked_by !== null)).toEqual([]);
+      expect(rows.every((r) => r.attempts === 0 && r.dead_lettered_at === null)).toBe(true);
+      expect(proxy.counts.blackholed).toBeGreaterThan(0);
+    } finally {
+      await proxy.stop();
+    }
   });
 
   it('a bad variable fails the cold start with its name', async () => {
