@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { runCleanup } from '../lib/operations/cleanup.js';
 import { loadCleanupConfig } from '../lib/operations/cleanup-config.js';
+import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, captureMetrics } from './support/events.js';
 
@@ -100,7 +101,8 @@ describe('runCleanup', () => {
 
     // Every statement was bounded by the batch size.
     const batches = log.lines.filter((l) => l.message === 'cleanup batch').map((l) => l.extra);
-    expect(batches).toHaveLength(23);
+    // 17 + 6 + one (empty) for idle aggregate lock rows.
+    expect(batches).toHaveLength(24);
     expect(batches.every((b) => (b.deleted as number) <= 5000)).toBe(true);
     expect(batches.filter((b) => b.table === 'outbox_events').map((b) => b.deleted)).toEqual([
       ...Array(16).fill(5000),
@@ -117,7 +119,7 @@ describe('runCleanup', () => {
     expect(log.lines.find((l) => l.message === 'cleanup finished')?.extra).toMatchObject({
       outbox_events_deleted: 80_000,
       processed_events_deleted: 25_000,
-      statements: 23,
+      statements: 24,
       finished: true,
     });
 
@@ -208,6 +210,66 @@ describe('runCleanup', () => {
     });
     const { rows } = await db.pool.query('SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id');
     expect(rows.map((r) => r.aggregate_id)).toEqual(['c', 'd']);
+  });
+});
+
+describe('idle aggregate lock rows', () => {
+  it('are pruned past the outbox retention unless a producer holds them; a pruned aggregate still serializes', async () => {
+    await db.pool.query('TRUNCATE outbox_aggregate_locks');
+    await db.pool.query(
+      `INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id, created_at)
+       SELECT 'order', 'old-' || g, now() - interval '30 days' FROM generate_series(1, 25) g
+       UNION ALL SELECT 'order', 'recent', now() - interval '1 day'`,
+    );
+    // A producer's open transaction holds old-1.
+    const producer = await db.pool.connect();
+    try {
+      await producer.query('BEGIN');
+      await enqueueEvent(producer, {
+        aggregateType: 'order',
+        aggregateId: 'old-1',
+        eventType: 'order.updated',
+        payload: {},
+      });
+      const report = await runCleanup(
+        { db: db.pool, options: { batchSize: 10, outboxRetentionDays: 7 } },
+        { remainingMs: plenty },
+      );
+      expect(report.aggregateLocks).toMatchObject({ deleted: 24, statements: 3, finished: true });
+      const { rows } = await db.pool.query(
+        'SELECT aggregate_id FROM outbox_aggregate_locks ORDER BY aggregate_id',
+      );
+      expect(rows.map((r) => r.aggregate_id)).toEqual(['old-1', 'recent']);
+      await producer.query('COMMIT');
+    } finally {
+      producer.release();
+    }
+    // A pruned aggregate: the next producer re-creates its row and a second one waits for it.
+    const first = await db.pool.connect();
+    const second = await db.pool.connect();
+    try {
+      await first.query('BEGIN');
+      await second.query('BEGIN');
+      const secondPid = (await second.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      const event = { aggregateType: 'order', aggregateId: 'old-2', eventType: 'order.updated', payload: {} };
+      await enqueueEvent(first, event);
+      let secondDone = false;
+      const waiting = enqueueEvent(second, event).then(() => {
+        secondDone = true;
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      const { rows } = await db.pool.query('SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1', [
+        secondPid,
+      ]);
+      expect(rows[0].wait_event_type).toBe('Lock');
+      expect(secondDone).toBe(false);
+      await first.query('COMMIT');
+      await waiting;
+      await second.query('COMMIT');
+    } finally {
+      first.release();
+      second.release();
+    }
   });
 });
 

@@ -1,5 +1,6 @@
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { Queryable } from '../sql/claim-batch.js';
+import { deleteIdleAggregateLocks } from '../sql/cleanup-aggregate-locks.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
 import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';
 import { deleteProcessedEvents } from '../sql/cleanup-processed-events.js';
@@ -48,6 +49,8 @@ export interface CleanupReport {
   processedEvents: CleanupTableReport;
   /** Dead letters; null when they are kept (no retention configured). */
   deadLetters: CleanupTableReport | null;
+  /** Idle rows of outbox_aggregate_locks, older than the outbox retention. */
+  aggregateLocks: CleanupTableReport;
   durationMs: number;
 }
 
@@ -55,7 +58,9 @@ type DeleteBatch = (db: Queryable, cutoff: Date, limit: number) => Promise<numbe
 
 /**
  * Deletes what retention no longer needs: published outbox rows, consumer
- * dedupe rows and (only when a retention is configured) dead letters, each in
+ * dedupe rows, (only when a retention is configured) dead letters, and
+ * aggregate lock rows created before the outbox retention and not held by a
+ * producer right now (enqueueEvents re-creates them when needed), each in
  * bounded batches of short transactions, oldest first. Pending rows are never
  * touched. Before each batch it checks the time left and stops, unfinished,
  * once it falls under the safety margin; the next run continues where this
@@ -95,12 +100,14 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     outboxEvents: table(cutoffs.outboxEvents),
     processedEvents: table(cutoffs.processedEvents),
     deadLetters: cutoffs.deadLetters ? table(cutoffs.deadLetters) : null,
+    aggregateLocks: table(cutoffs.outboxEvents),
     durationMs: 0,
   };
   const tasks: Array<[string, CleanupTableReport | null, DeleteBatch]> = [
     ['outbox_events', report.outboxEvents, deleteProcessedOutboxEvents],
     ['processed_events', report.processedEvents, deleteProcessedEvents],
     ['dead letters', report.deadLetters, deleteDeadLetters],
+    ['outbox_aggregate_locks', report.aggregateLocks, deleteIdleAggregateLocks],
   ];
 
   const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
@@ -126,16 +133,19 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   metrics.record('OutboxEventsDeleted', 'Count', report.outboxEvents.deleted);
   metrics.record('ProcessedEventsDeleted', 'Count', report.processedEvents.deleted);
   metrics.record('DeadLettersDeleted', 'Count', report.deadLetters?.deleted ?? 0);
+  metrics.record('AggregateLocksDeleted', 'Count', report.aggregateLocks.deleted);
   metrics.record('CleanupUnfinished', 'Count', report.finished ? 0 : 1);
   metrics.record('CleanupDurationMs', 'Milliseconds', report.durationMs);
   const counts = {
     outbox_events_deleted: report.outboxEvents.deleted,
     processed_events_deleted: report.processedEvents.deleted,
     dead_letters_deleted: report.deadLetters?.deleted ?? 'kept',
+    aggregate_locks_deleted: report.aggregateLocks.deleted,
     statements:
       report.outboxEvents.statements +
       report.processedEvents.statements +
-      (report.deadLetters?.statements ?? 0),
+      (report.deadLetters?.statements ?? 0) +
+      report.aggregateLocks.statements,
     finished: report.finished,
     duration_ms: Math.round(report.durationMs),
   };
