@@ -251,60 +251,61 @@ export class Relay {
         error: outcome.error,
         code: outcome.code,
       };
-      if (outcome.retryable && outcome.environment) {
-        // The environment's fault: no attempt spent; only age ends the wait.
-        const ageMs = this.now() - event.createdAt.getTime();
-        if (ageMs <= this.options.maxPendingAgeMs) {
-          const delayMs = Math.max(
-            outcome.retryAfterMs ?? 0,
-            backoffDelay(Math.max(1, event.attempts - 1), this.options.backoff, this.random),
-          );
-          report.retried++;
-          report.held++;
-          this.logger.warn(
-            'publish failed for a reason of the environment; will retry without spending an attempt',
-            {
-              ...fields,
-              retry_in_ms: delayMs,
-            },
-          );
-          return {
-            id: event.id,
-            status: 'retry',
-            error: outcome.error,
-            delayMs,
-            delivered: outcome.delivered,
-            refund: true,
-            waitingFor: outcome.waitingFor,
-          };
-        }
-        const error = `pending for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`;
+      const verdict = this.verdict(event, outcome);
+      if (verdict.dead !== undefined) {
         report.deadLettered++;
         bump(report.deadLetteredByType, event.eventType);
-        this.logger.error('event dead-lettered', { ...fields, error });
-        return { id: event.id, status: 'dead', error, delivered: outcome.delivered };
+        this.logger.error('event dead-lettered', { ...fields, error: verdict.dead });
+        return { id: event.id, status: 'dead', error: verdict.dead, delivered: outcome.delivered };
       }
-      if (!outcome.retryable || event.attempts >= this.options.maxAttempts) {
-        const error = outcome.retryable
-          ? `attempt limit (${this.options.maxAttempts}) reached; last error: ${outcome.error}`
-          : outcome.error;
-        report.deadLettered++;
-        bump(report.deadLetteredByType, event.eventType);
-        this.logger.error('event dead-lettered', { ...fields, error });
-        return { id: event.id, status: 'dead', error, delivered: outcome.delivered };
-      }
-      const delayMs = backoffDelay(event.attempts, this.options.backoff, this.random);
       report.retried++;
-      this.logger.warn('publish failed; will retry', { ...fields, retry_in_ms: delayMs });
+      if (verdict.refund) report.held++;
+      this.logger.warn(
+        verdict.refund
+          ? 'publish failed for a reason of the environment; will retry without spending an attempt'
+          : 'publish failed; will retry',
+        { ...fields, retry_in_ms: verdict.delayMs },
+      );
       return {
         id: event.id,
         status: 'retry',
         error: outcome.error,
-        delayMs,
+        delayMs: verdict.delayMs,
         delivered: outcome.delivered,
-        refund: false,
+        refund: verdict.refund,
+        waitingFor: verdict.refund ? outcome.waitingFor : undefined,
       };
     });
+  }
+
+  /**
+   * Dead letter or retry, and whether the attempt counts:
+   * - the event's fault (not retryable): dead letter now;
+   * - the environment's fault: retry without spending the attempt, after the
+   *   target's hold or the backoff, until the event is older than the
+   *   maximum pending age;
+   * - otherwise: retry with backoff until the attempts are used up.
+   */
+  private verdict(
+    event: OutboxEvent,
+    outcome: PublishOutcome & { ok: false },
+  ): { dead: string; delayMs?: never; refund?: never } | { dead?: never; delayMs: number; refund: boolean } {
+    if (!outcome.retryable) return { dead: outcome.error };
+    if (outcome.environment) {
+      const ageMs = this.now() - event.createdAt.getTime();
+      if (ageMs > this.options.maxPendingAgeMs) {
+        return {
+          dead: `pending for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`,
+        };
+      }
+      // attempts includes this claim, which the refund gives back.
+      const backoff = backoffDelay(Math.max(1, event.attempts - 1), this.options.backoff, this.random);
+      return { delayMs: Math.max(outcome.retryAfterMs ?? 0, backoff), refund: true };
+    }
+    if (event.attempts >= this.options.maxAttempts) {
+      return { dead: `attempt limit (${this.options.maxAttempts}) reached; last error: ${outcome.error}` };
+    }
+    return { delayMs: backoffDelay(event.attempts, this.options.backoff, this.random), refund: false };
   }
 
   /**
