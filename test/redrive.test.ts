@@ -156,9 +156,11 @@ describe('redriveDeadLetters', () => {
   it('limit: resets the oldest n (by seq); matched counts them all; the next call takes the next n', async () => {
     const dead = await deadLetters(5);
     expect(await redriveDeadLetters(db.pool, { all: true, limit: 2 })).toEqual({
+      action: 'redrive',
       dryRun: false,
       matched: 5,
       reset: 2,
+      discarded: 0,
       ids: dead.slice(0, 2),
     });
     expect(await redriveDeadLetters(db.pool, { all: true, limit: 2 })).toMatchObject({
@@ -170,9 +172,11 @@ describe('redriveDeadLetters', () => {
       ids: dead.slice(4),
     });
     expect(await redriveDeadLetters(db.pool, { all: true })).toEqual({
+      action: 'redrive',
       dryRun: false,
       matched: 0,
       reset: 0,
+      discarded: 0,
       ids: [],
     });
   });
@@ -287,7 +291,9 @@ describe('redrive → relay publishes again', () => {
           ],
         },
       ],
-      { maxAttempts: 1 },
+      // A missing queue is the environment's failure and spends no attempt;
+      // a maximum pending age of 0 dead-letters the event at once instead.
+      { maxAttempts: 1, maxPendingAgeMs: 0 },
     );
     expect(await drain(broken)).toMatchObject({ deadLettered: 1 });
     expect(await bodies(accepted.url, 1)).toEqual([id]);
