@@ -3,7 +3,10 @@ import { withTransaction } from '../lib/db/transaction.js';
 import { ValidationError } from '../lib/errors.js';
 import { createOrder } from '../lib/example/orders.js';
 import { enqueueEvent, enqueueEvents } from '../lib/outbox/enqueue.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH } from '../lib/outbox/limits.js';
+import { BROKER_MESSAGE_MAX_BYTES, MAX_PAYLOAD_DEPTH } from '../lib/outbox/limits.js';
+import type { OutboxEvent } from '../lib/outbox/types.js';
+import { validateEvent } from '../lib/outbox/validate-event.js';
+import { eventBridgeMessage, sqsMessage } from '../lib/publish/messages.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();
@@ -137,9 +140,9 @@ describe('enqueueEvents', () => {
     ['NUL in payload', { payload: { s: 'a\u0000b' } }, 'events[1].payload.s', /NUL/],
     [
       'oversize payload',
-      { payload: 'x'.repeat(DEFAULT_MAX_PAYLOAD_BYTES) },
+      { payload: 'x'.repeat(BROKER_MESSAGE_MAX_BYTES) },
       'events[1].payload',
-      /over the limit/,
+      /over the 262144-byte message limit/,
     ],
     ['non-string header', { headers: { n: 1 } }, 'events[1].headers.n', /must be a string/],
     ['bad id', { id: 'not-a-uuid' }, 'events[1].id', /UUID/],
@@ -255,6 +258,99 @@ describe('enqueueEvents', () => {
       field: 'events[1].id',
     });
     expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+});
+
+describe('size: the exact message the relay will send must fit', () => {
+  const event = { aggregateType: 'order', aggregateId: 'o-1', eventType: 'order.created' };
+
+  /** The messages the relay builds from the stored row, as the claim returns it. */
+  async function publishedBytes(id: string, source: string) {
+    const { rows } = await db.pool.query(
+      `SELECT id, seq::text, aggregate_type, aggregate_id, event_type, payload, payload::text AS payload_json,
+              headers, created_at FROM outbox_events WHERE id = $1`,
+      [id],
+    );
+    const row = rows[0];
+    const stored: OutboxEvent = {
+      id: row.id,
+      seq: row.seq,
+      aggregateType: row.aggregate_type,
+      aggregateId: row.aggregate_id,
+      eventType: row.event_type,
+      payload: row.payload,
+      payloadJson: row.payload_json,
+      headers: row.headers,
+      createdAt: row.created_at,
+      attempts: 1,
+      deliveredTargets: [],
+    };
+    return {
+      sqs: sqsMessage(stored, { fifo: true }).bytes,
+      eventBridge: eventBridgeMessage(stored, { busName: 'bus', source }).bytes,
+    };
+  }
+
+  it('computes the same bytes as the messages built from the stored row', async () => {
+    const tricky = {
+      ...event,
+      id: '2f1c3a4b-5d6e-4f70-8a9b-0c1d2e3f4a5b',
+      aggregateId: 'åäö-😀',
+      payload: {
+        nested: { a: [1, [2, { b: [] }], {}], 'quoted "key"': 'line\nbreak\u0001' },
+        numbers: [0, -0, 1.5, -2.5e-10, 1.5e-7, 5e-324, 2 ** 53 + 2, 2 ** 63 - 1024],
+        text: 'é😀 \\ / </script>',
+        flags: [true, false, null],
+        skipped: undefined,
+        at: new Date('2024-01-02T03:04:05.678Z'),
+      },
+      headers: { traceparent: '00-abc-def-01', 'x-note': 'ünïcødé' },
+    };
+    const valid = validateEvent(tricky, { eventBridgeSource: 'com.example.orders' });
+    await enqueueEvent(db.pool, tricky);
+    expect(await publishedBytes(tricky.id, 'com.example.orders')).toEqual(valid.messageBytes);
+  });
+
+  it('refuses a payload that fits as JSON.stringify writes it but not as stored and published', async () => {
+    // 200,001 bytes from JSON.stringify; PostgreSQL's text adds 99,999 spaces.
+    const error = await enqueueEvents(db.pool, [
+      { ...event, payload: {} },
+      { ...event, payload: new Array(100_000).fill(1) },
+    ]).catch((e) => e);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error.field).toBe('events[1].payload');
+    expect(error.message).toMatch(
+      /makes the event 300\d{3} bytes as an EventBridge entry \(counting the longest Source, 768 bytes\), \d+ bytes over the 262144-byte message limit/,
+    );
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
+
+  it('accepts a message of exactly the limit and refuses one byte more, headers and attributes counted', async () => {
+    const source = 'com.example.orders';
+    const headers = { traceparent: 't'.repeat(3000) };
+    const sized = (length: number) => ({ ...event, payload: { s: 'x'.repeat(length) }, headers });
+    const probe = validateEvent(sized(1000), { eventBridgeSource: source }).messageBytes;
+    const fits = 1000 + BROKER_MESSAGE_MAX_BYTES - Math.max(probe.sqs, probe.eventBridge);
+
+    const id = await enqueueEvent(db.pool, sized(fits), { eventBridgeSource: source });
+    const sent = await publishedBytes(id, source);
+    expect(Math.max(sent.sqs, sent.eventBridge)).toBe(BROKER_MESSAGE_MAX_BYTES);
+
+    const error = await enqueueEvent(db.pool, sized(fits + 1), { eventBridgeSource: source }).catch((e) => e);
+    expect(error).toMatchObject({ name: 'ValidationError', field: 'events[0].payload' });
+    expect(error.message).toContain('1 byte over the 262144-byte message limit');
+    expect(await counts()).toEqual({ orders: 0, events: 1 });
+  });
+
+  it('counts the SQS attributes when they make the larger message', async () => {
+    const wide = { ...event, aggregateType: '😀'.repeat(255), aggregateId: '😀'.repeat(255), payload: {} };
+    const { sqs, eventBridge } = validateEvent(wide, { eventBridgeSource: 'o' }).messageBytes;
+    expect(sqs).toBeGreaterThan(eventBridge);
+    const error = await enqueueEvent(db.pool, wide, {
+      eventBridgeSource: 'o',
+      maxMessageBytes: sqs - 1,
+    }).catch((e) => e);
+    expect(error.message).toMatch(/as an SQS message \(body and attributes\), 1 byte over/);
   });
 });
 

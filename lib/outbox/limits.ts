@@ -6,13 +6,6 @@
  */
 export const BROKER_MESSAGE_MAX_BYTES = 256 * 1024;
 
-/**
- * Optional limit on the payload alone (its JSON as PostgreSQL stores it). Off
- * by default (the whole message is what must fit); kept for callers that want
- * a tighter bound of their own.
- */
-export const DEFAULT_MAX_PAYLOAD_BYTES = BROKER_MESSAGE_MAX_BYTES;
-
 /** Maximum serialized size of an event's headers. */
 export const MAX_HEADERS_BYTES = 4 * 1024;
 

@@ -1,18 +1,32 @@
 import { randomUUID } from 'node:crypto';
 import { ValidationError } from '../errors.js';
+import { eventBridgeMessage, sqsMessage } from '../publish/messages.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES,
+  BROKER_MESSAGE_MAX_BYTES,
   INT64_BOUND,
   MAX_AGGREGATE_ID_LENGTH,
   MAX_AGGREGATE_TYPE_LENGTH,
+  MAX_EVENT_SOURCE_BYTES,
   MAX_EVENT_TYPE_LENGTH,
   MAX_HEADERS_BYTES,
   MAX_PAYLOAD_DEPTH,
 } from './limits.js';
-import type { NewOutboxEvent } from './types.js';
+import type { NewOutboxEvent, OutboxEvent } from './types.js';
 
 export interface ValidateOptions {
-  /** Optional limit on the payload's JSON as stored (bytes); off by default. */
+  /**
+   * Largest message a target accepts, in bytes: the SQS message (body and
+   * attributes) and the EventBridge entry (Source, DetailType, Detail) the
+   * relay will build for the event must both fit. Default 256 KiB, the limit
+   * of EventBridge and of an SQS queue's default configuration.
+   */
+  maxMessageBytes?: number;
+  /**
+   * The EventBridge `Source` the relay publishes with. Unset, the size check
+   * assumes the longest Source the relay's config accepts (768 bytes).
+   */
+  eventBridgeSource?: string;
+  /** An optional, tighter limit on the payload alone (its JSON as stored, bytes). */
   maxPayloadBytes?: number;
 }
 
@@ -24,6 +38,8 @@ export interface ValidEvent {
   eventType: string;
   payloadJson: string;
   headersJson: string;
+  /** Sizes of the messages the relay will send for it (EventBridge: with the assumed Source). */
+  messageBytes: { sqs: number; eventBridge: number };
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -52,6 +68,10 @@ const NOT_IN_JSON_STRING = /[\u0000\uFFFE\uFFFF]/;
  * then walked string by string to find the field, if any.
  */
 const SUSPECT_IN_JSON_TEXT = /\\u(?:0000|d[89a-f])|[\uFFFE\uFFFF]/;
+
+// Local copies: read on every value of the payload.
+const INT64 = INT64_BOUND;
+const PAYLOAD_DEPTH = MAX_PAYLOAD_DEPTH;
 
 const isWellFormed = (text: string): boolean =>
   (text as unknown as { isWellFormed(): boolean }).isWellFormed();
@@ -125,13 +145,13 @@ class JsonWalk {
   }
 
   /** Returns false when JSON.stringify would leave the value out. */
-  visit(input: unknown, key: string, depth: number): boolean {
+  visit(input: unknown, key: string | number, depth: number): boolean {
     let value = input;
     if (value !== null && (typeof value === 'object' || typeof value === 'bigint')) {
       const toJSON = (value as { toJSON?: unknown }).toJSON;
       if (typeof toJSON === 'function') {
         try {
-          value = toJSON.call(value, key);
+          value = toJSON.call(value, String(key));
         } catch (error) {
           throw new ValidationError(
             formatPath(this.root, this.keys),
@@ -170,7 +190,7 @@ class JsonWalk {
   }
 
   private number(value: number): void {
-    if (value >= INT64_BOUND || value <= -INT64_BOUND) {
+    if (value >= INT64 || value <= -INT64) {
       this.fail(
         `is ${value}, outside the 64-bit integer range EventBridge accepts ` +
           '(-9223372036854775808 to 9223372036854775807); send it as a string',
@@ -191,26 +211,31 @@ class JsonWalk {
   }
 
   private object(value: object, depth: number): boolean {
-    if (value instanceof Number) {
-      this.number(Number(value));
-      return true;
+    const isArray = Array.isArray(value);
+    if (!isArray && Object.getPrototypeOf(value) !== Object.prototype) {
+      // Boxed primitives serialize as their primitive.
+      if (value instanceof Number) {
+        this.number(Number(value));
+        return true;
+      }
+      if (value instanceof String) {
+        if (this.checkStrings) this.string(String(value));
+        return true;
+      }
+      if (value instanceof Boolean) return true;
+      if (value instanceof BigInt) {
+        return this.fail('is a BigInt, which is not JSON-serializable; send it as a string');
+      }
     }
-    if (value instanceof String) {
-      if (this.checkStrings) this.string(String(value));
-      return true;
-    }
-    if (value instanceof Boolean) return true;
-    if (value instanceof BigInt) {
-      return this.fail('is a BigInt, which is not JSON-serializable; send it as a string');
-    }
-    if (depth >= MAX_PAYLOAD_DEPTH) this.tooDeep(value);
+    if (depth >= PAYLOAD_DEPTH) this.tooDeep(value);
     this.containers.push(value);
-    if (Array.isArray(value)) {
-      const length = value.length;
+    if (isArray) {
+      const array = value as unknown[];
+      const length = array.length;
       if (length > 1) this.extraStoredBytes += length - 1;
       for (let i = 0; i < length; i++) {
         this.keys.push(i);
-        this.visit(value[i], String(i), depth + 1);
+        this.visit(array[i], i, depth + 1);
         this.keys.pop();
       }
     } else {
@@ -256,6 +281,8 @@ interface SerializedPayload {
   json: string;
   /** UTF-8 size of the payload as PostgreSQL will store and the relay publish it. */
   storedBytes: number;
+  /** What PostgreSQL's text of the payload adds to `json`. */
+  extraStoredBytes: number;
 }
 
 function serializePayload(field: string, value: unknown): SerializedPayload {
@@ -275,10 +302,11 @@ function serializePayload(field: string, value: unknown): SerializedPayload {
     // Rare: find the string or key at fault, with its path.
     new JsonWalk(field, true).visit(value, '', 0);
   }
-  return { json, storedBytes: Buffer.byteLength(json, 'utf8') + walk.extraStoredBytes };
+  const extraStoredBytes = walk.extraStoredBytes;
+  return { json, storedBytes: Buffer.byteLength(json, 'utf8') + extraStoredBytes, extraStoredBytes };
 }
 
-function checkHeaders(field: string, input: unknown): string {
+function checkHeaders(field: string, input: unknown): { value: Record<string, string>; json: string } {
   const headers = input ?? {};
   const proto = typeof headers === 'object' ? Object.getPrototypeOf(headers) : undefined;
   if (proto !== Object.prototype && proto !== null) {
@@ -302,7 +330,61 @@ function checkHeaders(field: string, input: unknown): string {
   if (Buffer.byteLength(json, 'utf8') > MAX_HEADERS_BYTES) {
     throw new ValidationError(field, `must be at most ${MAX_HEADERS_BYTES} bytes serialized`);
   }
-  return json;
+  return { value: record as Record<string, string>, json };
+}
+
+// Any instant prints as 24 characters (toISOString, years 0000-9999): the
+// time the row will get does not change the message's size.
+const SIZING_TIME = new Date(0);
+const LONGEST_SOURCE = 'x'.repeat(MAX_EVENT_SOURCE_BYTES);
+
+/**
+ * Sizes the messages the transports will build for this event, with the same
+ * builders they use. The relay publishes the payload as PostgreSQL stores it
+ * (`payload::text`, a space after each `:` and `,`); that difference from
+ * JSON.stringify's text is counted by the payload walk and added here.
+ */
+function messageBytes(
+  event: Omit<OutboxEvent, 'seq' | 'payload' | 'createdAt' | 'attempts' | 'deliveredTargets'>,
+  extraStoredBytes: number,
+  source: string,
+): ValidEvent['messageBytes'] {
+  const row: OutboxEvent = {
+    id: event.id,
+    seq: '0',
+    aggregateType: event.aggregateType,
+    aggregateId: event.aggregateId,
+    eventType: event.eventType,
+    payload: undefined,
+    payloadJson: event.payloadJson,
+    headers: event.headers,
+    createdAt: SIZING_TIME,
+    attempts: 1,
+    deliveredTargets: [],
+  };
+  return {
+    sqs: sqsMessage(row, { fifo: false }).bytes + extraStoredBytes,
+    eventBridge: eventBridgeMessage(row, { busName: 'sizing', source }).bytes + extraStoredBytes,
+  };
+}
+
+function checkMessageSize(field: string, bytes: ValidEvent['messageBytes'], options: ValidateOptions): void {
+  const max = options.maxMessageBytes ?? BROKER_MESSAGE_MAX_BYTES;
+  const [what, size] =
+    bytes.eventBridge >= bytes.sqs
+      ? [
+          options.eventBridgeSource === undefined
+            ? `an EventBridge entry (counting the longest Source, ${MAX_EVENT_SOURCE_BYTES} bytes)`
+            : 'an EventBridge entry',
+          bytes.eventBridge,
+        ]
+      : ['an SQS message (body and attributes)', bytes.sqs];
+  if (size > max) {
+    throw new ValidationError(
+      field,
+      `makes the event ${size} bytes as ${what}, ${size - max} byte${size - max === 1 ? '' : 's'} over the ${max}-byte message limit`,
+    );
+  }
 }
 
 /**
@@ -317,7 +399,6 @@ export function validateEvent(
   if (event === null || typeof event !== 'object') {
     throw new ValidationError(path, 'must be an object');
   }
-  const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   const aggregateType = requireText(`${path}.aggregateType`, event.aggregateType, MAX_AGGREGATE_TYPE_LENGTH);
   const aggregateId = requireText(`${path}.aggregateId`, event.aggregateId, MAX_AGGREGATE_ID_LENGTH);
   const eventType = requireText(`${path}.eventType`, event.eventType, MAX_EVENT_TYPE_LENGTH);
@@ -332,13 +413,28 @@ export function validateEvent(
   }
 
   const payload = serializePayload(`${path}.payload`, event.payload);
-  if (payload.storedBytes > maxPayloadBytes) {
+  if (options.maxPayloadBytes !== undefined && payload.storedBytes > options.maxPayloadBytes) {
     throw new ValidationError(
       `${path}.payload`,
-      `is ${payload.storedBytes} bytes serialized, over the limit of ${maxPayloadBytes} bytes`,
+      `is ${payload.storedBytes} bytes serialized, over the limit of ${options.maxPayloadBytes} bytes`,
     );
   }
-  const headersJson = checkHeaders(`${path}.headers`, event.headers);
+  const headers = checkHeaders(`${path}.headers`, event.headers);
 
-  return { id, aggregateType, aggregateId, eventType, payloadJson: payload.json, headersJson };
+  const bytes = messageBytes(
+    { id, aggregateType, aggregateId, eventType, payloadJson: payload.json, headers: headers.value },
+    payload.extraStoredBytes,
+    options.eventBridgeSource ?? LONGEST_SOURCE,
+  );
+  checkMessageSize(`${path}.payload`, bytes, options);
+
+  return {
+    id,
+    aggregateType,
+    aggregateId,
+    eventType,
+    payloadJson: payload.json,
+    headersJson: headers.json,
+    messageBytes: bytes,
+  };
 }
