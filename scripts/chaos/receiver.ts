@@ -42,50 +42,83 @@ async function depth(sqs: SQSClient, queueUrl: string): Promise<number> {
 }
 
 /**
- * Receives and deletes every message of a queue, with `parallel` receivers,
- * until the queue is empty. Messages are recorded in the order their
- * ReceiveMessage returned; on a FIFO queue a group's next messages are only
- * handed out once the previous ones are deleted, so that order is the
- * group's order even with several receivers.
+ * Receives and deletes a queue's messages with `parallel` receivers, from
+ * the start of a run (as consumers would, and so that the queue stays
+ * shallow) until {@link finish} finds it empty. Messages are recorded in the
+ * order their ReceiveMessage returned; on a FIFO queue a group's next
+ * messages are only handed out once the previous ones are deleted, so that
+ * order is the group's order.
  */
-export async function receiveEverything(
-  sqs: SQSClient,
-  queueUrl: string,
-  options: { parallel: number; timeoutMs: number },
-): Promise<{ messages: Received[]; unparsable: number; complete: boolean }> {
-  const messages: Received[] = [];
-  let unparsable = 0;
-  const deadline = Date.now() + options.timeoutMs;
-  let empties = 0;
-  let complete = false;
-  const receiver = async () => {
-    while (Date.now() < deadline && !complete) {
-      const { Messages = [] } = await sqs.send(
-        new ReceiveMessageCommand({
-          QueueUrl: queueUrl,
-          MaxNumberOfMessages: 10,
-          WaitTimeSeconds: 1,
-          VisibilityTimeout: 120,
-        }),
-      );
-      for (const m of Messages) {
-        const parsed = parseBody(m.Body ?? '');
-        if (parsed) messages.push(parsed);
-        else unparsable++;
-      }
-      if (Messages.length > 0) {
-        empties = 0;
-        await sqs.send(
-          new DeleteMessageBatchCommand({
-            QueueUrl: queueUrl,
-            Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
+export class QueueReceiver {
+  readonly messages: Received[] = [];
+  unparsable = 0;
+  errors = 0;
+  private finishing = false;
+  private emptyAt: number | undefined;
+  private done = false;
+  private readonly loops: Promise<void>[];
+
+  constructor(
+    private readonly sqs: SQSClient,
+    private readonly queueUrl: string,
+    parallel: number,
+  ) {
+    this.loops = Array.from({ length: parallel }, () => this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    let empties = 0;
+    while (!this.done) {
+      try {
+        const { Messages = [] } = await this.sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: this.queueUrl,
+            MaxNumberOfMessages: 10,
+            WaitTimeSeconds: 1,
+            VisibilityTimeout: 120,
           }),
+          { abortSignal: AbortSignal.timeout(30_000) },
         );
-      } else if (++empties >= options.parallel * 2 && (await depth(sqs, queueUrl)) === 0) {
-        complete = true;
+        for (const m of Messages) {
+          const parsed = parseBody(m.Body ?? '');
+          if (parsed) this.messages.push(parsed);
+          else this.unparsable++;
+        }
+        if (Messages.length > 0) {
+          empties = 0;
+          await this.sqs.send(
+            new DeleteMessageBatchCommand({
+              QueueUrl: this.queueUrl,
+              Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
+            }),
+            { abortSignal: AbortSignal.timeout(30_000) },
+          );
+        } else if (this.finishing && ++empties >= 2 && (await depth(this.sqs, this.queueUrl)) === 0) {
+          this.emptyAt ??= Date.now();
+          this.done = true;
+        }
+      } catch {
+        // The emulator is paused or restarting; a message not deleted comes back (a duplicate).
+        this.errors++;
+        await new Promise((resolve) => setTimeout(resolve, 500));
       }
     }
-  };
-  await Promise.all(Array.from({ length: options.parallel }, receiver));
-  return { messages, unparsable, complete };
+  }
+
+  /** Receives until the queue is empty (or `timeoutMs` passed), then stops. */
+  async finish(timeoutMs: number): Promise<{ complete: boolean }> {
+    this.finishing = true;
+    const timer = setTimeout(() => {
+      this.done = true;
+    }, timeoutMs);
+    await Promise.all(this.loops);
+    clearTimeout(timer);
+    return { complete: this.emptyAt !== undefined };
+  }
+
+  /** Stops at once (on errors). */
+  async abort(): Promise<void> {
+    this.done = true;
+    await Promise.all(this.loops);
+  }
 }

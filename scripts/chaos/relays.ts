@@ -159,6 +159,11 @@ export class RelayFleet {
         this.samples.crashes.push(`relay-${slot.index} exit ${code ?? signal}: ${lines}`.slice(0, 600));
       }
       this.options.say(`relay-${slot.index} died (exit ${code ?? signal}); restarting`);
+      // A relay that cannot even start must not restart in a tight loop.
+      setTimeout(() => {
+        if (!this.stopping) void this.spawn(slot);
+      }, 1_000);
+      return;
     }
     void this.spawn(slot);
   }

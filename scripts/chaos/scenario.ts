@@ -9,7 +9,7 @@ import { redriveDeadLetters } from '../../lib/operations/redrive.js';
 import { dropDatabase, ensureDatabase } from '../local/postgres.js';
 import { FaultInjector, type FaultKind, type FaultRecord, type FaultTiming } from './faults.js';
 import { LEDGER_DDL, Producer } from './producer.js';
-import { receiveEverything } from './receiver.js';
+import { QueueReceiver } from './receiver.js';
 import { type FleetStats, RelayFleet } from './relays.js';
 import { createChaosTargets } from './resources.js';
 import type { Rng } from './rng.js';
@@ -103,14 +103,46 @@ const DATABASE = 'outbox_chaos';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const seconds = (ms: number) => Math.round(ms / 100) / 10;
 
-async function waitForDrain(pool: pg.Pool, timeoutMs: number): Promise<number | null> {
+/**
+ * Waits until no event is left unfinished. When progress stalls while dead
+ * letters exist (an aggregate held back behind its dead letter, in ordered
+ * mode with `block`), redrives them as an operator would. Returns the time
+ * taken (null: gave up) and how many dead letters were redriven.
+ */
+async function waitForDrain(
+  pool: pg.Pool,
+  timeoutMs: number,
+): Promise<{ ms: number | null; redriven: number }> {
   const started = Date.now();
+  let redriven = 0;
+  let last = -1;
+  let lastChange = Date.now();
   while (Date.now() - started < timeoutMs) {
     const state = await tableState(pool).catch(() => undefined);
-    if (state && state.unfinished === 0) return Date.now() - started;
+    if (state && state.unfinished === 0) return { ms: Date.now() - started, redriven };
+    if (state && state.unfinished !== last) {
+      last = state.unfinished;
+      lastChange = Date.now();
+    } else if (state && state.dead_letters_now > 0 && Date.now() - lastChange > 10_000) {
+      redriven += await redriveAll(pool);
+      lastChange = Date.now();
+    }
     await sleep(250);
   }
-  return null;
+  return { ms: null, redriven };
+}
+
+async function redriveAll(pool: pg.Pool): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const { reset } = await redriveDeadLetters(pool, {
+      all: true,
+      limit: 10_000,
+      requestedBy: 'chaos-suite',
+    });
+    total += reset;
+    if (reset < 10_000) return total;
+  }
 }
 
 /** One mode of the suite: fresh database and queues, relays, producer and faults, drain, checks. */
@@ -179,6 +211,12 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
   });
 
   let progress: NodeJS.Timeout | undefined;
+  // Consumers of the relay's queue and of the bus's queue, from the start.
+  // One on the FIFO queue, so that what it records is each group's order.
+  const receivers = [
+    new QueueReceiver(ctx.sqs, targets.queueUrl, fifo ? 1 : 3),
+    new QueueReceiver(ctx.sqs, targets.busQueueUrl, 1),
+  ] as const;
   try {
     await fleet.start();
     say(
@@ -200,22 +238,13 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     await faults.stop();
     say(`  writes and faults stopped after ${seconds(produceMs)} s; draining`);
 
-    const drainMs = await waitForDrain(suitePool, settings.drainTimeoutMs);
+    const drain = await waitForDrain(suitePool, settings.drainTimeoutMs);
     clearInterval(progress);
     // Whatever was dead-lettered during the run gets one more chance, as an operator would give it.
-    let finalRedrive = 0;
-    for (;;) {
-      const { reset } = await redriveDeadLetters(suitePool, {
-        all: true,
-        limit: 10_000,
-        requestedBy: 'chaos-suite',
-      });
-      finalRedrive += reset;
-      if (reset < 10_000) break;
-    }
-    if (finalRedrive > 0) {
-      say(`  redrove ${finalRedrive} dead letters; draining again`);
-      await waitForDrain(suitePool, Math.min(settings.drainTimeoutMs, 60_000));
+    let finalRedrive = drain.redriven + (await redriveAll(suitePool));
+    if (finalRedrive > drain.redriven) {
+      say(`  redrove ${finalRedrive - drain.redriven} dead letters; draining again`);
+      finalRedrive += (await waitForDrain(suitePool, Math.min(settings.drainTimeoutMs, 60_000))).redriven;
     }
     await fleet.stop();
 
@@ -229,16 +258,13 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     const rolledBackStored = (await storedIds(suitePool, [...producer.rolledBack])).size;
     const table = await tableState(suitePool);
 
-    say(`  receiving from ${targets.queueUrl.split('/').pop()} and ${targets.busQueueUrl.split('/').pop()}`);
-    const [queue, busQueue] = await Promise.all([
-      receiveEverything(ctx.sqs, targets.queueUrl, { parallel: fifo ? 1 : 4, timeoutMs: 180_000 }),
-      receiveEverything(ctx.sqs, targets.busQueueUrl, { parallel: 2, timeoutMs: 180_000 }),
-    ]);
+    const [queue, busQueue] = await Promise.all([receivers[0].finish(120_000), receivers[1].finish(120_000)]);
+    const received = { queue: receivers[0].messages, bus: receivers[1].messages };
     const verdict = verifyReceived(
       producer.committed,
       producer.rolledBack,
-      queue.messages,
-      busQueue.messages,
+      received.queue,
+      received.bus,
       fifo,
     );
 
@@ -269,7 +295,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       },
       producer: producer.counts,
       produce_s: seconds(produceMs),
-      drain_s_after_faults: drainMs === null ? null : seconds(drainMs),
+      drain_s_after_faults: drain.ms === null ? null : seconds(drain.ms),
       lost: verdict.lost,
       lost_by_destination: verdict.lost_by_destination,
       rolled_back_seen: verdict.rolled_back_seen,
@@ -288,8 +314,8 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       relays: fleet.stats,
       eventbridge_connections: { ...proxy.counts },
       received: {
-        queue: queue.messages.length,
-        bus_queue: busQueue.messages.length,
+        queue: received.queue.length,
+        bus_queue: received.bus.length,
         complete: queue.complete && busQueue.complete,
       },
       log_lines: logLines,
@@ -315,6 +341,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     return result;
   } finally {
     clearInterval(progress);
+    await Promise.all(receivers.map((r) => r.abort()));
     faults.resumeNow();
     await fleet.stop(5_000);
     await proxy.stop();
