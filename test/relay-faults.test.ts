@@ -4,13 +4,14 @@ import {
   PutRuleCommand,
   PutTargetsCommand,
 } from '@aws-sdk/client-eventbridge';
-import { SQSClient } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../lib/errors.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import { TargetProxy } from '../scripts/chaos/target-proxy.js';
-import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
+import { startLocalAws } from '../scripts/local/aws-emulator.js';
+import { awsClients, createQueue, drainQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { eventRows, insertEvents } from './support/events.js';
 import { drainUntilIdle, emulatorRelay } from './support/relay.js';
@@ -88,6 +89,71 @@ describe('relay under faults', () => {
     await db.pool.query('UPDATE outbox_events SET retry_after = NULL');
     const { relay: healthy } = emulatorRelay(db.pool, aws, routes);
     expect(await drainUntilIdle(healthy)).toMatchObject({ published: 30 });
+  });
+
+  it('the emulator paused (SIGSTOP) with a batch in flight: the run returns in budget, rows published or released', async () => {
+    // An emulator of this test's own, so pausing it disturbs no other test file.
+    const own = await startLocalAws({ emulator: 'moto' });
+    if (own.pid === undefined) {
+      await own.stop();
+      return; // AWS_ENDPOINT_URL names an emulator this test did not start and must not pause
+    }
+    try {
+      const config = { endpoint: own.endpoint, region: 'us-east-1', credentials, maxAttempts: 1 };
+      const clients = { sqs: new SQSClient(config), eventBridge: new EventBridgeClient(config) };
+      const queue = await createQueue(clients.sqs, uniqueName('paused'));
+      const routes: RouteConfig[] = [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }];
+      await insertEvents(db.pool, 200);
+      let paused = false;
+      const { relay } = emulatorRelay(
+        db.pool,
+        clients,
+        routes,
+        { batchSize: 50, workers: 2, safetyMarginMs: 1_000, backoff: { baseMs: 60_000 } },
+        {
+          onCall: () => {
+            if (paused) return;
+            paused = true;
+            process.kill(own.pid as number, 'SIGSTOP');
+          },
+        },
+      );
+      const budgetMs = 4_000;
+      const end = Date.now() + budgetMs;
+      const summary = await relay.run({ remainingMs: () => end - Date.now(), skipStats: true });
+      expect(Date.now()).toBeLessThan(end);
+      expect(paused).toBe(true);
+      expect(summary.held).toBeGreaterThan(0);
+      const rows = await eventRows(db.pool);
+      expect(rows.filter((r) => r.locked_by !== null)).toEqual([]);
+      const unsent = rows.filter((r) => r.processed_at === null);
+      expect(unsent.length).toBeGreaterThan(0);
+      expect(unsent.every((r) => r.attempts === 0 && r.dead_lettered_at === null)).toBe(true);
+
+      process.kill(own.pid, 'SIGCONT');
+      await db.pool.query('UPDATE outbox_events SET retry_after = NULL');
+      const { relay: after } = emulatorRelay(db.pool, clients, routes);
+      await drainUntilIdle(after);
+      expect((await eventRows(db.pool)).every((r) => r.processed_at !== null)).toBe(true);
+      // At least once: the batch that hung may arrive twice once the emulator
+      // resumes; every event must be there.
+      const { Attributes } = await clients.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: queue.url,
+          AttributeNames: ['ApproximateNumberOfMessages'],
+        }),
+      );
+      const received = await drainQueue(
+        clients.sqs,
+        queue.url,
+        Number(Attributes?.ApproximateNumberOfMessages),
+        60_000,
+      );
+      expect(new Set(received.map((m) => JSON.parse(m.Body as string).id)).size).toBe(200);
+    } finally {
+      if (own.pid !== undefined) process.kill(own.pid, 'SIGCONT');
+      await own.stop();
+    }
   });
 
   it('an outage of one target for a (compressed) hour: no dead letters, few calls, healthy targets flow, all out soon after', async () => {
