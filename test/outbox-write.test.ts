@@ -312,15 +312,16 @@ describe('size: the exact message the relay will send must fit', () => {
   });
 
   it('refuses a payload that fits as JSON.stringify writes it but not as stored and published', async () => {
-    // 200,001 bytes from JSON.stringify; PostgreSQL's text adds 99,999 spaces.
+    // 210,001 bytes from JSON.stringify ("1.5e-7"); jsonb stores and prints
+    // each as 0.00000015: 330,001 bytes as published.
     const error = await enqueueEvents(db.pool, [
       { ...event, payload: {} },
-      { ...event, payload: new Array(100_000).fill(1) },
+      { ...event, payload: new Array(30_000).fill(1.5e-7) },
     ]).catch((e) => e);
     expect(error).toBeInstanceOf(ValidationError);
     expect(error.field).toBe('events[1].payload');
     expect(error.message).toMatch(
-      /makes the event 300\d{3} bytes as an EventBridge entry \(counting the longest Source, 768 bytes\), \d+ bytes over the 262144-byte message limit/,
+      /makes the event 33\d{4} bytes as an EventBridge entry \(counting the longest Source, 768 bytes\), \d+ bytes over the 262144-byte message limit/,
     );
     expect(await counts()).toEqual({ orders: 0, events: 0 });
   });

@@ -124,10 +124,10 @@ function formatPath(root: string, keys: readonly (string | number)[]): string {
  * primitives, skipped undefined/function/symbol members), that refuses what
  * JSON.stringify would throw on (BigInt, cycles) with the path of the culprit,
  * and what EventBridge refuses (integers outside 64 bits, nesting deeper than
- * it processes). It also counts the bytes PostgreSQL's jsonb text adds to
- * JSON.stringify's (a space after every `:` and `,`; plain digits for small
- * numbers JSON.stringify writes with an exponent), since the relay publishes
- * the stored text.
+ * it processes). It also counts the bytes the stored text adds to
+ * JSON.stringify's: jsonb prints small numbers that JSON.stringify writes with
+ * an exponent as plain digits, and the relay publishes the stored text
+ * (compacted: jsonb's spaces after `:` and `,` are dropped, see compactJson).
  */
 class JsonWalk {
   /** Bytes `payload::text` has beyond JSON.stringify's output. */
@@ -232,7 +232,6 @@ class JsonWalk {
     if (isArray) {
       const array = value as unknown[];
       const length = array.length;
-      if (length > 1) this.extraStoredBytes += length - 1;
       for (let i = 0; i < length; i++) {
         this.keys.push(i);
         this.visit(array[i], i, depth + 1);
@@ -249,7 +248,6 @@ class JsonWalk {
         }
         this.keys.pop();
       }
-      if (members > 0) this.extraStoredBytes += 2 * members - 1;
     }
     this.containers.pop();
     return true;
@@ -341,8 +339,8 @@ const LONGEST_SOURCE = 'x'.repeat(MAX_EVENT_SOURCE_BYTES);
 /**
  * Sizes the messages the transports will build for this event, with the same
  * builders they use. The relay publishes the payload as PostgreSQL stores it
- * (`payload::text`, a space after each `:` and `,`); that difference from
- * JSON.stringify's text is counted by the payload walk and added here.
+ * (`payload::text`, compacted); where that differs from JSON.stringify's text
+ * (small numbers in plain digits) the payload walk counts it, added here.
  */
 function messageBytes(
   event: Omit<OutboxEvent, 'seq' | 'payload' | 'createdAt' | 'attempts' | 'deliveredTargets'>,

@@ -3,6 +3,7 @@ import type { OutboxEvent } from '../../lib/outbox/types.js';
 import { classifyCallError, classifyEntryError } from '../../lib/publish/aws-errors.js';
 import { chunkBySize, sendBatchOrSplit } from '../../lib/publish/batching.js';
 import { CircuitBreaker } from '../../lib/publish/circuit-breaker.js';
+import { compactJson } from '../../lib/publish/messages.js';
 import { RoutingPublisher } from '../../lib/publish/router.js';
 import { RouteTable } from '../../lib/publish/routes.js';
 import { messageGroupId } from '../../lib/publish/sqs-transport.js';
@@ -251,5 +252,14 @@ describe('RoutingPublisher', () => {
     );
     const [outcome] = await publisher.publish([event('a')]);
     expect(outcome).toMatchObject({ ok: false, retryable: true, environment: false, code: 'MissingResult' });
+  });
+});
+
+describe('compactJson', () => {
+  it('drops white space between tokens and keeps string contents', () => {
+    const text = '{"a": 1, "b": [1, 2, {"c": "x y, z: \\" q\\\\"}], "d": "\\t"}';
+    expect(compactJson(text)).toBe('{"a":1,"b":[1,2,{"c":"x y, z: \\" q\\\\"}],"d":"\\t"}');
+    expect(JSON.parse(compactJson(text))).toEqual(JSON.parse(text));
+    expect(compactJson('{"a":1}')).toBe('{"a":1}');
   });
 });
