@@ -238,12 +238,10 @@ class JsonWalk {
         this.keys.pop();
       }
     } else {
-      let members = 0;
       const record = value as Record<string, unknown>;
       for (const key of Object.keys(record)) {
         this.keys.push(key);
         if (this.visit(record[key], key, depth + 1)) {
-          members++;
           if (this.checkStrings) this.string(key, 'has a name that ');
         }
         this.keys.pop();
