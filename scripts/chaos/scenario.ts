@@ -227,7 +227,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     progress = setInterval(async () => {
       const state = await tableState(suitePool).catch(() => undefined);
       say(
-        `  ${String(seconds(Date.now() - started)).padStart(5)} s  committed ${producer.committed.size}  unfinished ${state?.unfinished ?? '?'}  published ${fleet.stats.published}  faults ${faults.log.length}${fleet.stats.invocations_over_budget ? `  over budget ${fleet.stats.invocations_over_budget}` : ''}`,
+        `  ${String(seconds(Date.now() - started)).padStart(5)} s  committed ${producer.committed.size}  published ${state?.processed ?? '?'}  unfinished ${state?.unfinished ?? '?'}  received ${receivers[0].messages.length}  faults ${faults.log.length}${fleet.stats.invocations_over_budget ? `  over budget ${fleet.stats.invocations_over_budget}` : ''}`,
       );
     }, 10_000);
     const faultRun = settings.faults ? faults.run(faultsDone.signal) : Promise.resolve();
