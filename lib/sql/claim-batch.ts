@@ -45,12 +45,21 @@ export interface ClaimResult {
 // unfinished event). Whether an earlier event is unfinished only changes when
 // its outcome commits, so two relays can never hold two events of one
 // aggregate. Its cost must depend neither on table statistics nor on how many
-// rows wait behind a blocked aggregate, so it never walks rows in seq order:
-// - `heads` is a recursive skip scan over outbox_events_aggregate_heads:
-//   each step is one `ORDER BY type, id, seq LIMIT 1` probe for the first
-//   unfinished row of the next aggregate. Cost: one probe per aggregate that
-//   has unfinished events, however many rows each has (an aggregate with a
-//   million queued rows costs one probe, like one with one).
+// rows wait behind a blocked aggregate:
+// - `walk` / `walk_heads`, the common case: the first 4 × limit unfinished
+//   rows in seq order (outbox_events_claimable), each checked by one probe of
+//   outbox_events_aggregate_heads for being its aggregate's first unfinished
+//   row (LATERAL ... LIMIT 1: always a per-row index probe, never a join the
+//   planner could turn into a scan). The heads found there are the oldest
+//   heads there are; if at least `limit` of them are claimable, they are the
+//   answer and nothing else runs. Bounded: 4 × limit rows whatever the backlog.
+// - `heads`, when the walk found too few (a blocked aggregate's tail fills the
+//   front of the queue): a recursive skip scan over
+//   outbox_events_aggregate_heads, one `ORDER BY type, id, seq LIMIT 1` probe
+//   per aggregate with unfinished events, however many rows each has (an
+//   aggregate with a million queued rows costs one probe). It runs only
+//   then: the branch reading it is gated by a one-time filter, and a CTE
+//   nobody reads is never computed.
 // - Without statistics PostgreSQL guesses that `x IS NULL` matches 0.5% of
 //   rows, so every partial index whose predicate the WHERE implies looks
 //   nearly empty and it may walk the wrong one, filtering row by row (the
@@ -59,20 +68,55 @@ export interface ClaimResult {
 //   `num_nulls(...) = 2` in the probes (only outbox_events_aggregate_heads,
 //   already in the probe's order), `coalesce(...) IS NULL` in the re-check
 //   (no partial index: the primary key is the only way in), and `IS NULL` in
-//   the unordered claim (outbox_events_claimable). Keep them that way.
-// - Heads that cannot be claimed (leased, backing off, or with the `block`
-//   policy, preceded by a dead letter of their aggregate: a probe of
-//   outbox_events_dead_letters_by_aggregate) drop out; the oldest $1 of the
-//   rest, by seq, become an array of ids.
+//   the walk and the unordered claim (outbox_events_claimable, in seq order).
+//   Keep them that way.
+// - Claimable heads: not leased, not backing off and, with the `block`
+//   policy, no dead letter of their aggregate before them (a probe of
+//   outbox_events_dead_letters_by_aggregate). The oldest $1 by seq become an
+//   array of ids.
 // - `picked` locks those rows by primary key (id = ANY(array)) and re-checks
 //   them. After the lock the re-check runs on the newest row version (READ
 //   COMMITTED), so a head finished or claimed by another relay since our
 //   snapshot is skipped, as is one SKIP LOCKED finds locked.
 // - With `skip`, dead letters are not unfinished: they fall out of the partial
-//   index and their aggregate's next event becomes its head.
+//   indexes and their aggregate's next event becomes its head.
 function orderedPicked(policy: 'block' | 'skip'): string {
+  // Claimable: not leased, not backing off, and (block) no dead letter of its aggregate before it.
+  const claimable = (h: string) => `(${h}.locked_until IS NULL OR ${h}.locked_until < now())
+        AND (${h}.retry_after IS NULL OR ${h}.retry_after <= now())${
+          policy === 'block'
+            ? `
+        AND NOT EXISTS (
+          SELECT 1 FROM outbox_events d
+          WHERE d.dead_lettered_at IS NOT NULL
+            AND d.aggregate_type = ${h}.aggregate_type
+            AND d.aggregate_id = ${h}.aggregate_id
+            AND d.seq < ${h}.seq)`
+            : ''
+        }`;
   return `
-WITH RECURSIVE heads AS (
+WITH RECURSIVE walk AS (
+  SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+  FROM outbox_events e
+  WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+  ORDER BY e.seq
+  LIMIT $1 * 4
+),
+walk_heads AS (
+  SELECT w.*
+  FROM walk w
+  CROSS JOIN LATERAL (
+    SELECT p.seq
+    FROM outbox_events p
+    WHERE num_nulls(p.processed_at, p.dead_lettered_at) = 2
+      AND p.aggregate_type = w.aggregate_type
+      AND p.aggregate_id = w.aggregate_id
+    ORDER BY p.aggregate_type, p.aggregate_id, p.seq
+    LIMIT 1) first
+  WHERE first.seq = w.seq
+    AND ${claimable('w')}
+),
+heads AS (
   (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
    FROM outbox_events e
    WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
@@ -93,21 +137,16 @@ picked AS (
   SELECT e.id
   FROM outbox_events e
   WHERE e.id = ANY (ARRAY(
-      SELECT h.id FROM heads h
-      WHERE (h.locked_until IS NULL OR h.locked_until < now())
-        AND (h.retry_after IS NULL OR h.retry_after <= now())
-        ${
-          policy === 'block'
-            ? `AND NOT EXISTS (
-          SELECT 1 FROM outbox_events d
-          WHERE d.dead_lettered_at IS NOT NULL
-            AND d.aggregate_type = h.aggregate_type
-            AND d.aggregate_id = h.aggregate_id
-            AND d.seq < h.seq)`
-            : ''
-        }
-      ORDER BY h.seq
-      LIMIT $1))
+      (SELECT w.id FROM walk_heads w
+       WHERE (SELECT count(*) FROM walk_heads) >= $1
+       ORDER BY w.seq
+       LIMIT $1)
+      UNION ALL
+      (SELECT h.id FROM heads h
+       WHERE (SELECT count(*) FROM walk_heads) < $1
+         AND ${claimable('h')}
+       ORDER BY h.seq
+       LIMIT $1)))
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
     AND (e.retry_after IS NULL OR e.retry_after <= now())
