@@ -229,9 +229,9 @@ describe('relay under faults', () => {
     // The first call after recovery is the probe: it went out within about one
     // probe interval (300 ms), not after the events' own backoff.
     expect(firstCallAfterRecovery - recovered).toBeLessThan(1_500);
-    const received = await receiveAll(aws.sqs, busQueue.url, 200, 15_000);
+    const received = await drainQueue(aws.sqs, busQueue.url, 200, 60_000);
     expect(new Set(received.map((m) => JSON.parse(m.Body as string).detail.id))).toEqual(new Set(payments));
-    const receivedOrders = await receiveAll(aws.sqs, healthyQueue.url, 100);
+    const receivedOrders = await drainQueue(aws.sqs, healthyQueue.url, 100, 60_000);
     expect(new Set(receivedOrders.map((m) => JSON.parse(m.Body as string).id))).toEqual(new Set(orders));
   });
 
