@@ -199,7 +199,9 @@ async function postgresVersion(): Promise<string> {
     await client.end();
   }
 }
+// CHAOS_GIT_COMMIT names the commit when the suite runs from an exported tree (git archive).
 const gitCommit = (() => {
+  if (process.env.CHAOS_GIT_COMMIT) return process.env.CHAOS_GIT_COMMIT;
   try {
     return execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
       encoding: 'utf8',
@@ -211,6 +213,7 @@ const gitCommit = (() => {
 })();
 /** Product files that differ from the commit: the run tested those edits, not the commit alone. */
 const uncommitted = (() => {
+  if (process.env.CHAOS_GIT_COMMIT) return 0;
   try {
     return execFileSync('git', ['status', '--porcelain', '--', 'lib', 'functions', 'migrations'], {
       encoding: 'utf8',

@@ -214,8 +214,8 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
   // Consumers of the relay's queue and of the bus's queue, from the start.
   // One on the FIFO queue, so that what it records is each group's order.
   const receivers = [
-    new QueueReceiver(ctx.sqs, targets.queueUrl, fifo ? 1 : 3),
-    new QueueReceiver(ctx.sqs, targets.busQueueUrl, 1),
+    new QueueReceiver(ctx.sqs, targets.queueUrl, fifo ? 1 : 6),
+    new QueueReceiver(ctx.sqs, targets.busQueueUrl, 2),
   ] as const;
   try {
     await fleet.start();
