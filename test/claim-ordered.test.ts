@@ -96,7 +96,7 @@ describe('ordered claim', () => {
       Array.from({ length: 100 }, (_, g) => g),
     );
     expect(new Set(result.events.map((e) => e.aggregateId)).size).toBe(100);
-    // The work is bounded by the batch (a walk of 4 × 100 rows and a probe
+    // The work is bounded by the batch (a walk of 2 × 100 rows and a probe
     // each), not by the backlog: the anti-join this replaces touched millions.
     expect(touched).toBeLessThan(8_000);
     expect(ms).toBeLessThan(2_000); // generous: the claim this replaces took seconds here
@@ -113,7 +113,7 @@ describe('ordered claim', () => {
     const first = await claimWithPlan(params());
     expect(first.result.events).toHaveLength(20);
     expect(first.result.events.every((e) => e.aggregateId.startsWith('order-'))).toBe(true);
-    // Bounded by the walk (4 × 100 rows) and one probe per aggregate, not by the 50,000-row tail.
+    // Bounded by the walk (2 × 100 rows) and one probe per aggregate, not by the 50,000-row tail.
     expect(first.touched).toBeLessThan(8_000);
 
     // The same through the real statement, committed: leased heads hold their aggregates.

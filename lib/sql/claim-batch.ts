@@ -46,13 +46,13 @@ export interface ClaimResult {
 // its outcome commits, so two relays can never hold two events of one
 // aggregate. Its cost must depend neither on table statistics nor on how many
 // rows wait behind a blocked aggregate:
-// - `walk` / `walk_heads`, the common case: the first 4 × limit unfinished
+// - `walk` / `walk_heads`, the common case: the first 2 × limit unfinished
 //   rows in seq order (outbox_events_claimable), each checked by one probe of
 //   outbox_events_aggregate_heads for being its aggregate's first unfinished
 //   row (LATERAL ... LIMIT 1: always a per-row index probe, never a join the
 //   planner could turn into a scan). The heads found there are the oldest
 //   heads there are; if at least `limit` of them are claimable, they are the
-//   answer and nothing else runs. Bounded: 4 × limit rows whatever the backlog.
+//   answer and nothing else runs. Bounded: 2 × limit rows whatever the backlog.
 // - `heads`, when the walk found too few (a blocked aggregate's tail fills the
 //   front of the queue): a recursive skip scan over
 //   outbox_events_aggregate_heads, one `ORDER BY type, id, seq LIMIT 1` probe
@@ -100,7 +100,7 @@ WITH RECURSIVE walk AS (
   FROM outbox_events e
   WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
   ORDER BY e.seq
-  LIMIT $1 * 4
+  LIMIT $1 * 2
 ),
 walk_heads AS (
   SELECT w.*
