@@ -85,14 +85,63 @@ for (const [name, producers, aggregateOf] of cases) {
   log(`${name}: ${JSON.stringify(figures[name])}`);
 }
 
+// The statement alone, without the commit (which dominates a one-event
+// transaction): ms per enqueueEvent call inside one transaction, rolled back.
+async function statementMs(lock: boolean, aggregateOf: (i: number) => string): Promise<number> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const started = performance.now();
+    for (let i = 0; i < TX; i++) {
+      await enqueueEvent(
+        client,
+        { aggregateType: 'order', aggregateId: aggregateOf(i), eventType: 'order.created', payload: { i } },
+        { lockAggregates: lock },
+      );
+    }
+    const ms = (performance.now() - started) / TX;
+    await client.query('ROLLBACK');
+    return ms;
+  } finally {
+    client.release();
+  }
+}
+const statement: Record<string, { with_lock_ms: number; without_lock_ms: number }> = {};
+for (const [name, aggregateOf] of [
+  ['new_aggregates', (i: number) => `s-${randomUUID()}-${i}`],
+  ['known_aggregates', (i: number) => `o-${i % 200}`],
+] as const) {
+  await pool.query('TRUNCATE outbox_events, outbox_aggregate_locks');
+  // Known aggregates: their lock rows exist, as in steady state.
+  await pool.query(
+    `INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id) SELECT 'order', 'o-' || g FROM generate_series(0, 199) g`,
+  );
+  const withRuns: number[] = [];
+  const withoutRuns: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    withoutRuns.push(await statementMs(false, aggregateOf));
+    withRuns.push(await statementMs(true, aggregateOf));
+  }
+  const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] as number;
+  statement[name] = {
+    with_lock_ms: +median(withRuns).toFixed(3),
+    without_lock_ms: +median(withoutRuns).toFixed(3),
+  };
+  log(`statement ${name}: ${JSON.stringify(statement[name])}`);
+}
+
 console.log('\n| case | with lock (tx/s) | without (tx/s) | cost |\n|---|---:|---:|---:|');
 for (const [name, f] of Object.entries(figures)) {
   console.log(`| ${name} | ${f.with_lock_tps} | ${f.without_lock_tps} | ${f.cost_pct}% |`);
 }
+console.log('\n| one enqueue statement, no commit | with lock (ms) | without (ms) |\n|---|---:|---:|');
+for (const [name, f] of Object.entries(statement)) {
+  console.log(`| ${name} | ${f.with_lock_ms} | ${f.without_lock_ms} |`);
+}
 const previous = fs.existsSync(RESULTS) ? JSON.parse(fs.readFileSync(RESULTS, 'utf8')) : {};
 fs.writeFileSync(
   RESULTS,
-  `${JSON.stringify({ ...previous, enqueue_lock: { transactions_per_round: TX, rounds: ROUNDS, date: new Date().toISOString(), ...figures } }, null, 2)}\n`,
+  `${JSON.stringify({ ...previous, enqueue_lock: { transactions_per_round: TX, rounds: ROUNDS, date: new Date().toISOString(), ...figures, statement_ms: statement } }, null, 2)}\n`,
 );
 log('\nwrote enqueue_lock to bench/results.json');
 await pool.end();
