@@ -83,6 +83,8 @@ export class Producer {
     errors: 0,
   };
   readonly errorSamples: string[] = [];
+  /** Why the second writer of an interleaved pair gave up (expected: a lock timeout). */
+  readonly blockedSamples: string[] = [];
   private readonly counters = new Map<string, number>();
   private readonly turns = new Map<string, Promise<void>>();
 
@@ -225,8 +227,9 @@ export class Producer {
           });
           this.counts.committed_transactions++;
           for (const p of second) this.committed.set(p.event.id, p.meta);
-        } catch {
+        } catch (error) {
           this.counts.interleave_blocked++;
+          if (this.blockedSamples.length < 3) this.blockedSamples.push(String(error));
           for (const p of second) this.rolledBack.add(p.event.id);
         }
       });

@@ -325,6 +325,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
         relay_errors: fleet.samples.errors,
         relay_crashes: fleet.samples.crashes,
         producer_errors: producer.errorSamples,
+        interleave_blocked: producer.blockedSamples,
       },
       fault_log: faults.log,
     };
