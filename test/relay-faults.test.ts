@@ -5,6 +5,7 @@ import {
   PutTargetsCommand,
 } from '@aws-sdk/client-eventbridge';
 import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../lib/errors.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
@@ -233,6 +234,32 @@ describe('relay under faults', () => {
     expect(new Set(received.map((m) => JSON.parse(m.Body as string).detail.id))).toEqual(new Set(payments));
     const receivedOrders = await drainQueue(aws.sqs, healthyQueue.url, 100, 60_000);
     expect(new Set(receivedOrders.map((m) => JSON.parse(m.Body as string).id))).toEqual(new Set(orders));
+  });
+
+  it('a database connection dropped under the claim: the run carries on with a new one', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('db-drop'));
+    const routes: RouteConfig[] = [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }];
+    await insertEvents(db.pool, 20);
+    // The first statement the relay sends runs on a connection the server has
+    // just terminated; every later one goes through the pool.
+    const victim = new pg.Client({ connectionString: db.url });
+    victim.on('error', () => {});
+    await victim.connect();
+    const { rows } = await victim.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
+    let first = true;
+    const dropping = {
+      query: ((text: string, values?: unknown[]) => {
+        if (!first) return db.pool.query(text, values);
+        first = false;
+        return victim.query(text, values);
+      }) as pg.Pool['query'],
+    };
+    const { relay, log } = emulatorRelay(dropping as pg.Pool, aws, routes, { workers: 1 });
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 20 });
+    expect(first).toBe(false);
+    expect(log.lines.find((l) => l.message.startsWith('database connection lost'))).toBeDefined();
+    await victim.end().catch(() => {});
   });
 
   it('a row that cannot become a message is dead-lettered alone, with the reason', async () => {

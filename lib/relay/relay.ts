@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { guardPool } from '../db/connection-guard.js';
+import { guardPool, isConnectionLost, translateConnectionError } from '../db/connection-guard.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
@@ -361,6 +361,10 @@ export class Relay {
     const reserveMs = Math.min(2_000, this.options.safetyMarginMs / 2);
 
     const loop = async () => {
+      // A dropped connection (failover, a terminated backend, RDS Proxy
+      // recycling) fails one statement; the pool opens a new connection for
+      // the next. Only when it keeps happening does the invocation fail.
+      let lostInARow = 0;
       while (!stop) {
         if (run.abortSignal?.aborted) {
           stoppedBecause = 'aborted';
@@ -371,9 +375,19 @@ export class Relay {
         try {
           report = await this.processBatch({ budgetMs: run.remainingMs() - reserveMs });
         } catch (error) {
+          if (isConnectionLost(error) && lostInARow < 3 && timeLeft() > 0) {
+            lostInARow++;
+            this.logger.warn('database connection lost; carrying on with a new one', {
+              error: String(error),
+              try: lostInARow,
+            });
+            await sleep(100 * lostInARow);
+            continue;
+          }
           stop = true; // let the other loops finish their batch, then fail the invocation
-          throw error;
+          throw translateConnectionError(error);
         }
+        lostInARow = 0;
         if (report.claimed > 0 || report.deadLettered > 0) {
           total.batches++;
           durations.push(report.durationMs);
@@ -409,8 +423,14 @@ export class Relay {
       durationMs: performance.now() - started,
       stoppedBecause,
     };
-    if (!run.skipStats && !failure && run.remainingMs() > reserveMs)
-      summary.stats = await outboxStats(this.deps.db);
+    if (!run.skipStats && !failure && run.remainingMs() > reserveMs) {
+      try {
+        summary.stats = await outboxStats(this.deps.db);
+      } catch (error) {
+        // The work is done and recorded; only the closing figures are missing.
+        this.logger.warn('could not read the outbox stats', { error: String(error) });
+      }
+    }
     this.recordMetrics(summary, durations);
     if (failure) throw failure.reason;
     return summary;
