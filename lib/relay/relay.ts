@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { guardPool, isConnectionLost, translateConnectionError } from '../db/connection-guard.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
@@ -178,6 +179,9 @@ export class Relay {
    */
   private async publish(events: OutboxEvent[], deadlineMs: number): Promise<Map<string, PublishOutcome>> {
     const controller = new AbortController();
+    // Every API call of the batch listens on this one signal (a batch of 500
+    // is 50 calls); that is by design, not a leak.
+    setMaxListeners(0, controller.signal);
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<'deadline'>((resolve) => {
       timer = setTimeout(() => {
