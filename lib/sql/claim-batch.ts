@@ -182,7 +182,7 @@ SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 EN
       ELSE e.last_error END
 FROM picked
 WHERE e.id = picked.id
-RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.payload::text AS payload_json, e.headers,
+RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted`;
 }
 
@@ -198,7 +198,6 @@ interface Row {
   aggregate_type: string;
   aggregate_id: string;
   event_type: string;
-  payload: unknown;
   payload_json: string;
   headers: Record<string, string>;
   created_at: Date;
@@ -228,20 +227,38 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
         attempts: row.attempts,
       });
     } else {
-      result.events.push({
-        id: row.id,
-        seq: row.seq,
-        aggregateType: row.aggregate_type,
-        aggregateId: row.aggregate_id,
-        eventType: row.event_type,
-        payload: row.payload,
-        payloadJson: row.payload_json,
-        headers: row.headers,
-        createdAt: row.created_at,
-        attempts: row.attempts,
-        deliveredTargets: row.delivered_targets,
-      });
+      result.events.push(
+        withLazyPayload({
+          id: row.id,
+          seq: row.seq,
+          aggregateType: row.aggregate_type,
+          aggregateId: row.aggregate_id,
+          eventType: row.event_type,
+          payloadJson: row.payload_json,
+          headers: row.headers,
+          createdAt: row.created_at,
+          attempts: row.attempts,
+          deliveredTargets: row.delivered_targets,
+        }),
+      );
     }
   }
   return result;
+}
+
+/**
+ * The payload travels as its committed text (what the transports publish);
+ * the parsed value is made only if someone reads `payload` (a custom
+ * publisher, a test), once. Parsing every payload on every claim was wasted
+ * work for the relay.
+ */
+function withLazyPayload(event: Omit<OutboxEvent, 'payload'>): OutboxEvent {
+  let parsed: { value: unknown } | undefined;
+  return Object.defineProperty(event, 'payload', {
+    enumerable: true,
+    get() {
+      parsed ??= { value: JSON.parse(event.payloadJson) };
+      return parsed.value;
+    },
+  }) as OutboxEvent;
 }
