@@ -32,6 +32,8 @@ import { baselineBatch } from './baseline.js';
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
 const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 20);
 const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 15);
+/** How long the polling relay idles while its empty claims are counted. */
+const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 20);
 const RELAY = { batchSize: 500, workers: 4, safetyMarginMs: 0 };
 const ONLY = process.env.BENCH_ONLY;
 if (ONLY !== undefined && ONLY !== 'claim') throw new Error(`BENCH_ONLY: expected "claim", got "${ONLY}"`);
@@ -159,11 +161,6 @@ async function drainAndLatency() {
   }, BACKLOG);
 
   // --- latency at a steady 200 events/s ---------------------------------------
-  log(`latency: 200 events/s for ${LATENCY_SECONDS}s, relay loop running (LISTEN/NOTIFY on)`);
-  await pool.query('TRUNCATE outbox_events');
-  await setNotifyTrigger(pool, true);
-  const committedAt = new Map<string, number>();
-  const latencies: number[] = [];
   const sqsPublisher = createAwsPublisher({
     routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl: queueUrl as string }] }],
     sqs,
@@ -171,53 +168,92 @@ async function drainAndLatency() {
     source: 'outbox',
     concurrency: 8,
   });
-  const timing: Publisher = {
-    async publish(events) {
-      const outcomes = await sqsPublisher.publish(events);
-      const now = performance.now();
-      for (const o of outcomes) {
-        const t = committedAt.get(o.eventId);
-        if (o.ok && t !== undefined) latencies.push(Math.max(0, now - t));
+
+  /**
+   * Commit → publish latency at 200 events/s with the relay loop running:
+   * woken by LISTEN/NOTIFY, or polling as deployed (behind RDS Proxy) with
+   * adaptive waits up to 500 ms. Then, for polling, the relay idles for
+   * IDLE_SECONDS and the empty claims it makes are counted.
+   */
+  async function latency(mode: 'listen' | 'polling') {
+    log(
+      `latency: 200 events/s for ${LATENCY_SECONDS}s, relay loop running (${mode === 'listen' ? 'LISTEN/NOTIFY on' : 'polling, no LISTEN, idle wait up to 500 ms'})`,
+    );
+    await pool.query('TRUNCATE outbox_events');
+    await setNotifyTrigger(pool, mode === 'listen');
+    const committedAt = new Map<string, number>();
+    const latencies: number[] = [];
+    const timing: Publisher = {
+      async publish(events) {
+        const outcomes = await sqsPublisher.publish(events);
+        const now = performance.now();
+        for (const o of outcomes) {
+          const t = committedAt.get(o.eventId);
+          if (o.ok && t !== undefined) latencies.push(Math.max(0, now - t));
+        }
+        return outcomes;
+      },
+    };
+    let claims = 0;
+    const counting = {
+      query: ((text: string, values?: unknown[]) => {
+        if (text.includes('SKIP LOCKED')) claims++;
+        return pool.query(text, values);
+      }) as pg.Pool['query'],
+    };
+    const signal = mode === 'listen' ? await listenSignal({ connectionString: url }) : undefined;
+    const liveRelay = new Relay({
+      db: counting as pg.Pool,
+      publisher: timing,
+      options:
+        mode === 'listen'
+          ? { batchSize: 100, workers: 2, safetyMarginMs: 0, idleWaitMs: 1000 }
+          : { batchSize: 100, workers: 2, safetyMarginMs: 0, idleWaitMs: 500 },
+      ...(signal ? { workSignal: signal } : {}),
+    });
+    const idleSeconds = mode === 'polling' ? IDLE_SECONDS : 0;
+    const stopAt = performance.now() + LATENCY_SECONDS * 1000 + 2000 + idleSeconds * 1000;
+    const relayRun = liveRelay.run({ remainingMs: () => stopAt - performance.now(), skipStats: true });
+    const rate = 200;
+    const produceStart = performance.now();
+    let produced = 0;
+    while (performance.now() - produceStart < LATENCY_SECONDS * 1000) {
+      const due = Math.floor(((performance.now() - produceStart) / 1000) * rate);
+      while (produced < due) {
+        produced++;
+        const id = randomUUID();
+        await withTransaction(pool, (client) =>
+          enqueueEvent(client, {
+            id,
+            aggregateType: 'order',
+            aggregateId: `o-${produced}`,
+            eventType: 'order.created',
+            payload: { n: produced },
+          }),
+        );
+        committedAt.set(id, performance.now());
       }
-      return outcomes;
-    },
-  };
-  const signal = await listenSignal({ connectionString: url });
-  const liveRelay = new Relay({
-    db: pool,
-    publisher: timing,
-    options: { batchSize: 100, workers: 2, safetyMarginMs: 0, idleWaitMs: 1000 },
-    workSignal: signal,
-  });
-  const stopAt = performance.now() + LATENCY_SECONDS * 1000 + 2000;
-  const relayRun = liveRelay.run({ remainingMs: () => stopAt - performance.now(), skipStats: true });
-  const rate = 200;
-  const produceStart = performance.now();
-  let produced = 0;
-  while (performance.now() - produceStart < LATENCY_SECONDS * 1000) {
-    const due = Math.floor(((performance.now() - produceStart) / 1000) * rate);
-    while (produced < due) {
-      produced++;
-      const id = randomUUID();
-      await withTransaction(pool, (client) =>
-        enqueueEvent(client, {
-          id,
-          aggregateType: 'order',
-          aggregateId: `o-${produced}`,
-          eventType: 'order.created',
-          payload: { n: produced },
-        }),
-      );
-      committedAt.set(id, performance.now());
+      await new Promise((resolve) => setTimeout(resolve, 2));
     }
-    await new Promise((resolve) => setTimeout(resolve, 2));
+    // Let the last events out, then count claims while nothing arrives.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const claimsBeforeIdle = claims;
+    await relayRun;
+    const idleClaims = claims - claimsBeforeIdle;
+    await signal?.close();
+    await setNotifyTrigger(pool, false);
+    latencies.sort((a, b) => a - b);
+    const pct = (p: number) =>
+      latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? NaN;
+    return {
+      p50: +pct(50).toFixed(1),
+      p99: +pct(99).toFixed(1),
+      samples: latencies.length,
+      ...(idleSeconds > 0 ? { idle_claims_per_minute: Math.round((idleClaims / idleSeconds) * 60) } : {}),
+    };
   }
-  await relayRun;
-  await signal.close();
-  await setNotifyTrigger(pool, false);
-  latencies.sort((a, b) => a - b);
-  const pct = (p: number) =>
-    latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? NaN;
+  const latencyListen = await latency('listen');
+  const latencyPolling = await latency('polling');
   await aws.stop();
   return {
     emulator: aws.source,
@@ -233,7 +269,8 @@ async function drainAndLatency() {
       api_calls_per_1000: +relayCallsPer1000.toFixed(1),
       baseline_api_calls_per_1000: baselineCalls > 0 ? 1000 : 0,
     },
-    latency_ms: { p50: +pct(50).toFixed(1), p99: +pct(99).toFixed(1), samples: latencies.length },
+    latency_ms: latencyListen,
+    latency_polling_ms: latencyPolling,
     rss_mb: Math.round(peakRss),
   };
 }
@@ -353,6 +390,7 @@ const results = full
       drain_null: full.drain_null,
       drain_sqs: full.drain_sqs,
       latency_ms: full.latency_ms,
+      latency_polling_ms: full.latency_polling_ms,
       claim_ms: claim,
       rss_mb: full.rss_mb,
     }
@@ -368,6 +406,8 @@ const targets: Array<[string, number | undefined, string, number]> = [
   ['drain_sqs.ratio', results.drain_sqs?.ratio, '>=', 8],
   ['latency_ms.p50', results.latency_ms?.p50, '<=', 50],
   ['latency_ms.p99', results.latency_ms?.p99, '<=', 250],
+  ['latency_polling_ms.p50', results.latency_polling_ms?.p50, '<=', 50],
+  ['latency_polling_ms.p99', results.latency_polling_ms?.p99, '<=', 250],
   ['claim_ms.ratio', results.claim_ms.ratio, '<=', 2],
   ['claim_ms.ordered_fresh_ratio', results.claim_ms.ordered_fresh_ratio, '<=', 3],
   ['claim_ms.ordered_blocked_ratio', results.claim_ms.ordered_blocked_ratio, '<=', 3],
@@ -381,6 +421,7 @@ const extra: Array<[string, number | undefined]> = [
   ['drain_sqs.relay_eps', results.drain_sqs?.relay_eps],
   ['drain_sqs.baseline_eps', results.drain_sqs?.baseline_eps],
   ['drain_sqs.api_calls_per_1000', results.drain_sqs?.api_calls_per_1000],
+  ['latency_polling_ms.idle_claims_per_minute', results.latency_polling_ms?.idle_claims_per_minute],
   ['claim_ms.empty', results.claim_ms.empty],
   ['claim_ms.million_processed', results.claim_ms.million_processed],
   ['claim_ms.ordered_fresh', results.claim_ms.ordered_fresh],

@@ -28,7 +28,7 @@ export interface RelayConfig {
  *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
- *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_LISTEN`,
+ *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
  *   `OUTBOX_MAX_PENDING_AGE_MS`
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
  *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
@@ -64,6 +64,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     ),
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
+    idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
   };
   if (ordering === 'aggregate') {

@@ -22,8 +22,15 @@ export interface RelayOptions {
   deadLetterPolicy?: 'block' | 'skip';
   /** Stop claiming when less than this much invocation time is left. Default 10 s. */
   safetyMarginMs?: number;
-  /** Wait between polls that found nothing (cut short by NOTIFY when listening). Default 200 ms. */
+  /**
+   * Longest wait between polls that find nothing (cut short by NOTIFY when
+   * listening). Waits adapt: after a claim that found work the next empty
+   * poll waits `idleWaitMinMs`, and each further empty poll doubles the wait
+   * up to this. Default 200 ms.
+   */
   idleWaitMs?: number;
+  /** Shortest wait between polls, right after work was found. Default 10 ms. */
+  idleWaitMinMs?: number;
   /**
    * Failures of the environment (outage, throttling, access denied, timeouts)
    * do not spend attempts; an event that keeps failing that way is
@@ -44,6 +51,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   deadLetterPolicy: 'block',
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
+  idleWaitMinMs: 10,
   maxPendingAgeMs: 86_400_000,
 };
 

@@ -369,6 +369,8 @@ export class Relay {
       // recycling) fails one statement; the pool opens a new connection for
       // the next. Only when it keeps happening does the invocation fail.
       let lostInARow = 0;
+      const minIdleWait = Math.max(1, Math.min(this.options.idleWaitMinMs, this.options.idleWaitMs));
+      let idleWait = minIdleWait;
       while (!stop) {
         if (run.abortSignal?.aborted) {
           stoppedBecause = 'aborted';
@@ -414,8 +416,13 @@ export class Relay {
             stoppedBecause = 'idle';
             break;
           }
-          const wait = Math.min(this.options.idleWaitMs, timeLeft());
+          // Adaptive polling: short waits while work keeps arriving, doubling
+          // to idleWaitMs while there is none.
+          const wait = Math.min(idleWait, timeLeft());
+          idleWait = Math.min(idleWait * 2, this.options.idleWaitMs);
           if (wait > 0) await this.workSignal.wait(wait);
+        } else {
+          idleWait = minIdleWait;
         }
       }
     };
