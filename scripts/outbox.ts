@@ -211,37 +211,35 @@ export function program(): Command {
     .option('--json', 'print JSON (full error texts)')
     .action(deadLetters);
 
-  cli
-    .command('redrive')
-    .description('move dead letters back to pending; try --dry-run first')
-    .option('--id <uuid>', 'event id (repeatable)', collect)
-    .option('--type <eventType>', 'event type')
-    .option('--aggregate-type <type>', 'aggregate type')
-    .option('--aggregate-id <id>', 'aggregate id')
-    .option('--after <iso>', 'dead-lettered at or after (ISO 8601 with offset, e.g. 2025-01-31T12:00:00Z)')
-    .option('--before <iso>', 'dead-lettered before (ISO 8601 with offset)')
-    .option('--limit <n>', 'most rows to reset (default 100, at most 10000)', wholeNumber(0))
-    .option('--all', 'allow an empty filter: every dead letter, up to --limit')
-    .option('--dry-run', 'show what would be reset; change nothing')
-    .option('--json', 'print JSON')
-    .action((flags: RedriveFlags) => redrive(flags));
+  // redrive and discard take the same filters; only the verb differs.
+  const filtered = (command: Command, verb: string, noun: string) =>
+    command
+      .option('--id <uuid>', 'event id (repeatable)', collect)
+      .option('--type <eventType>', 'event type')
+      .option('--aggregate-type <type>', 'aggregate type')
+      .option('--aggregate-id <id>', 'aggregate id')
+      .option('--after <iso>', 'dead-lettered at or after (ISO 8601 with offset, e.g. 2025-01-31T12:00:00Z)')
+      .option('--before <iso>', 'dead-lettered before (ISO 8601 with offset)')
+      .option('--limit <n>', `most rows to ${verb} (default 100, at most 10000)`, wholeNumber(0))
+      .option('--all', 'allow an empty filter: every dead letter, up to --limit')
+      .option('--dry-run', `show what would be ${noun}; change nothing`)
+      .option('--json', 'print JSON');
 
-  cli
-    .command('discard')
-    .description(
-      'finish dead letters without publishing them (releases an aggregate held in ordered mode); try --dry-run first',
-    )
-    .option('--id <uuid>', 'event id (repeatable)', collect)
-    .option('--type <eventType>', 'event type')
-    .option('--aggregate-type <type>', 'aggregate type')
-    .option('--aggregate-id <id>', 'aggregate id')
-    .option('--after <iso>', 'dead-lettered at or after (ISO 8601 with offset, e.g. 2025-01-31T12:00:00Z)')
-    .option('--before <iso>', 'dead-lettered before (ISO 8601 with offset)')
-    .option('--limit <n>', 'most rows to discard (default 100, at most 10000)', wholeNumber(0))
-    .option('--all', 'allow an empty filter: every dead letter, up to --limit')
-    .option('--dry-run', 'show what would be discarded; change nothing')
-    .option('--json', 'print JSON')
-    .action((flags: RedriveFlags) => redrive(flags, 'discard'));
+  filtered(
+    cli.command('redrive').description('move dead letters back to pending; try --dry-run first'),
+    'reset',
+    'reset',
+  ).action((flags: RedriveFlags) => redrive(flags));
+
+  filtered(
+    cli
+      .command('discard')
+      .description(
+        'finish dead letters without publishing them (releases an aggregate held in ordered mode); try --dry-run first',
+      ),
+    'discard',
+    'discarded',
+  ).action((flags: RedriveFlags) => redrive(flags, 'discard'));
 
   return cli;
 }

@@ -1,5 +1,6 @@
 import type { OutboxEvent } from '../outbox/types.js';
 import { type CallFailure, classifyCallError } from './aws-errors.js';
+import { MessageBuildError } from './messages.js';
 import type { SendContext, TargetResult } from './types.js';
 
 /**
@@ -126,8 +127,8 @@ export async function sendBatchOrSplit<P extends { event: OutboxEvent }>(
 
 /** The result for an event that could not be turned into a message. */
 export function buildFailure(error: unknown): TargetResult {
-  const e = error as { name?: string; message?: string };
-  if (e?.name === 'MessageBuildError') {
+  const e = error as { message?: string };
+  if (error instanceof MessageBuildError) {
     return {
       ok: false,
       retryable: false,

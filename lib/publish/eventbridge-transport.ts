@@ -10,8 +10,6 @@ import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batc
 import { eventBridgeMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
-export { eventBridgeEntrySize } from './messages.js';
-
 /** PutEvents takes at most 10 entries. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
 

@@ -10,8 +10,6 @@ import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batc
 import { sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
-export { messageGroupId } from './messages.js';
-
 /** SendMessageBatch takes at most 10 entries. */
 export const SQS_MAX_BATCH_ENTRIES = 10;
 
