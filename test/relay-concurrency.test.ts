@@ -89,8 +89,13 @@ describe('several relays at once', () => {
       concurrency: 4,
     });
     // Fault injection around the real publisher: agg-7's third event is
-    // refused (retryably) on its first 3 attempts. Everything else really goes
-    // to the FIFO queue. Publish order is recorded as outcomes come back.
+    // refused (retryably) on its first 3 attempts, and after that for as long
+    // as fewer than 10 events of other aggregates went out since it first
+    // failed: the window is measured in progress, not in time, so a slow
+    // emulator cannot close it before the others had their chance. If the
+    // others were held up by agg-7, its event would exhaust its attempts and
+    // the counts below would fail. Everything else really goes to the FIFO
+    // queue. Publish order is recorded as outcomes come back.
     const published: Array<{ aggregateId: string; k: number }> = [];
     let failures = 0;
     let othersDuringFailure = 0;
@@ -98,7 +103,9 @@ describe('several relays at once', () => {
     const faulty: Publisher = {
       async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
         const k = (e: OutboxEvent) => (e.payload as { k: number }).k;
-        const poisoned = events.filter((e) => e.aggregateId === 'agg-7' && k(e) === 2 && e.attempts <= 3);
+        const poisoned = events.filter(
+          (e) => e.aggregateId === 'agg-7' && k(e) === 2 && (e.attempts <= 3 || othersDuringFailure < 10),
+        );
         const healthy = events.filter((e) => !poisoned.includes(e));
         const outcomes = await real.publish(healthy);
         for (const e of healthy) {
@@ -154,8 +161,8 @@ describe('several relays at once', () => {
     };
     await Promise.all(relays.map(until));
 
-    expect(failures).toBe(3);
-    expect(othersDuringFailure).toBeGreaterThan(0);
+    expect(failures).toBeGreaterThanOrEqual(3);
+    expect(othersDuringFailure).toBeGreaterThanOrEqual(10);
     expect(published).toHaveLength(aggregates * perAggregate);
     // Per aggregate, events were published in their order, each exactly once.
     for (let a = 0; a < aggregates; a++) {
