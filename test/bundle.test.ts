@@ -3,9 +3,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { toSqsEvent } from '../lib/consumer/sqs-event.js';
 import { createOrder } from '../lib/example/orders.js';
+import { ensureNode22, node22PathDir } from '../scripts/local/node22.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 
@@ -14,12 +15,19 @@ const work = fs.mkdtempSync(path.join(os.tmpdir(), 'outbox-bundle-'));
 const db = useTestDatabase();
 afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
 
-/** Runs a packaged handler in a fresh Node process, as the Lambda runtime would. */
+// The bundles run on Node 22, the major of the Lambda runtime (`nodejs22.x`),
+// not on the Node that runs the tests; installed once into .local/node22.
+let node22 = '';
+beforeAll(() => {
+  node22 = ensureNode22((line) => console.log(line));
+}, 300_000);
+
+/** Runs a packaged handler in a fresh Node 22 process, as the Lambda runtime would. */
 function invoke(fn: string, event: unknown, env: Record<string, string>, budgetMs = 5000): unknown {
   const eventFile = path.join(work, `${fn}-event.json`);
   fs.writeFileSync(eventFile, JSON.stringify(event));
   const output = execFileSync(
-    process.execPath,
+    node22,
     [
       path.join(root, 'test/support/invoke-bundle.mjs'),
       path.join(work, fn, 'functions', `${fn}.mjs`),
@@ -30,7 +38,7 @@ function invoke(fn: string, event: unknown, env: Record<string, string>, budgetM
       // Run from the bundle's folder, with no node_modules in reach: the zip must be self-contained.
       cwd: path.join(work, fn),
       env: {
-        PATH: process.env.PATH ?? '',
+        PATH: [node22PathDir(), process.env.PATH ?? ''].join(path.delimiter),
         AWS_ENDPOINT_URL: inject('awsEndpoint'),
         AWS_REGION: 'us-east-1',
         AWS_ACCESS_KEY_ID: 'test',
@@ -44,7 +52,9 @@ function invoke(fn: string, event: unknown, env: Record<string, string>, budgetM
       encoding: 'utf8',
     },
   );
-  return JSON.parse(output.trim().split('\n').pop() as string);
+  const { node, result } = JSON.parse(output.trim().split('\n').pop() as string);
+  expect(node, `${fn} ran on ${node}`).toMatch(/^v22\./);
+  return result;
 }
 
 describe('the packaged Lambda bundles', () => {

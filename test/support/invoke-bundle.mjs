@@ -1,6 +1,7 @@
 // Runs one packaged Lambda bundle the way the Node.js runtime would: import
 // the .mjs file, call its `handler` export with an event and a context, print
-// the result as JSON. Usage: node invoke-bundle.mjs <bundle.mjs> <event.json> <budgetMs>
+// `{"node": process.version, "result": ...}` as one JSON line, so the caller can
+// check which Node ran it. Usage: node invoke-bundle.mjs <bundle.mjs> <event.json> <budgetMs>
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
@@ -16,5 +17,5 @@ const context = {
 };
 const { handler } = await import(pathToFileURL(bundle).href);
 const result = await handler(JSON.parse(readFileSync(eventFile, 'utf8')), context);
-process.stdout.write(`${JSON.stringify(result)}\n`);
+process.stdout.write(`${JSON.stringify({ node: process.version, result })}\n`);
 process.exit(0);
