@@ -1,5 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import {
+  ChangeMessageVisibilityBatchCommand,
+  SendMessageBatchCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import { beforeEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { createConsumer } from '../lib/consumer/consumer.js';
@@ -9,7 +13,6 @@ import {
   TransactionRolledBackError,
 } from '../lib/consumer/errors.js';
 import { defineHandlers, type EventHandler } from '../lib/consumer/handlers.js';
-import { SqsEventSource } from '../lib/consumer/sqs-event-source.js';
 import { ConfigError } from '../lib/errors.js';
 import { notifyOrderCreated, orderNotificationHandlers } from '../lib/example/order-notifications.js';
 import type { OrderCreated } from '../lib/example/orders.js';
@@ -17,6 +20,7 @@ import type { Envelope } from '../lib/publish/envelope.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger } from './support/events.js';
+import { deleteAcknowledged, receiveBatch, type TestQueue } from './support/sqs-batch.js';
 
 const db = useTestDatabase();
 const aws = awsClients();
@@ -80,17 +84,40 @@ async function send(
 }
 
 /** Receives until `count` records arrived (ReceiveMessage may return fewer than asked). */
-async function receiveEvent(source: SqsEventSource, count: number, timeoutMs = 10_000): Promise<SQSEvent> {
+async function receiveEvent(queue: TestQueue, count: number, timeoutMs = 10_000): Promise<SQSEvent> {
   const records: SQSRecord[] = [];
   const deadline = Date.now() + timeoutMs;
   while (records.length < count && Date.now() < deadline) {
-    records.push(...(await source.receive()).Records);
+    records.push(...(await receiveBatch(aws.sqs, queue)).Records);
   }
   return { Records: records };
 }
 
-function eventSource(queueUrl: string, queueArn: string) {
-  return new SqsEventSource({ sqs: aws.sqs, queueUrl, queueArn, waitTimeSeconds: 1 });
+type BatchResponse = { batchItemFailures: Array<{ itemIdentifier: string }> };
+
+/** Deletes what `response` did not report as failed, as Lambda does after the handler returns. */
+const settle = (queue: TestQueue, event: SQSEvent, response: BatchResponse) =>
+  deleteAcknowledged(aws.sqs, queue, event, response);
+
+/**
+ * Makes the records `response` reported as failed visible again at once:
+ * stands in for their visibility timeout running out, so a test need not
+ * wait for it.
+ */
+async function endVisibility(queue: TestQueue, event: SQSEvent, response: BatchResponse) {
+  const failed = new Set(response.batchItemFailures.map((f) => f.itemIdentifier));
+  const records = event.Records.filter((r) => failed.has(r.messageId));
+  for (let i = 0; i < records.length; i += 10) {
+    const { Failed = [] } = await aws.sqs.send(
+      new ChangeMessageVisibilityBatchCommand({
+        QueueUrl: queue.url,
+        Entries: records
+          .slice(i, i + 10)
+          .map((r, k) => ({ Id: String(k), ReceiptHandle: r.receiptHandle, VisibilityTimeout: 0 })),
+      }),
+    );
+    expect(Failed).toEqual([]);
+  }
 }
 
 /** A hand-made record, for cases where the queue adds nothing. */
@@ -121,7 +148,6 @@ async function count(sql: string, values: unknown[] = []): Promise<number> {
 describe('consumer: exactly-once effect on at-least-once delivery', () => {
   it('handles an event delivered three times (redelivery, re-publish, through EventBridge) once', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('consumer-dup'));
-    const source = eventSource(queue.url, queue.arn);
     const log = captureLogger();
     const consumer = createConsumer({
       name: 'order-consumer',
@@ -133,7 +159,7 @@ describe('consumer: exactly-once effect on at-least-once delivery', () => {
 
     // 1. First delivery: handled.
     await send(aws.sqs, queue.url, [JSON.stringify(envelope)]);
-    const first = await receiveEvent(source, 1);
+    const first = await receiveEvent(queue, 1);
     expect(await consumer.handleSqsEvent(first)).toMatchObject({
       processed: 1,
       duplicates: 0,
@@ -142,23 +168,20 @@ describe('consumer: exactly-once effect on at-least-once delivery', () => {
     });
     // The delete is lost (the function timed out after committing, say): the
     // same message comes back once its visibility timeout is over.
-    await source.settle(
-      first,
-      { batchItemFailures: [{ itemIdentifier: first.Records[0]!.messageId }] },
-      {
-        retryDelaySeconds: 0,
-      },
-    );
-    const second = await receiveEvent(source, 1);
+    await endVisibility(queue, first, {
+      batchItemFailures: [{ itemIdentifier: first.Records[0]!.messageId }],
+    });
+    const second = await receiveEvent(queue, 1);
     expect(second.Records[0]?.messageId).toBe(first.Records[0]?.messageId);
     expect(second.Records[0]?.attributes.ApproximateReceiveCount).toBe('2');
-    expect(await consumer.handleSqsEvent(second)).toMatchObject({ processed: 0, duplicates: 1, failed: 0 });
-    await source.settle(second, { batchItemFailures: [] });
+    const redelivered = await consumer.handleSqsEvent(second);
+    expect(redelivered).toMatchObject({ processed: 0, duplicates: 1, failed: 0 });
+    expect(await settle(queue, second, redelivered)).toEqual({ deleted: 1, failed: 0 });
 
     // 2. The relay published it again (it crashed before recording the outcome),
     //    and 3. it also came through the bus: two new messages, same event id.
     await send(aws.sqs, queue.url, [JSON.stringify(envelope), viaEventBridge(envelope)]);
-    const third = await receiveEvent(source, 2);
+    const third = await receiveEvent(queue, 2);
     const result = await consumer.handleSqsEvent(third);
     expect(result).toMatchObject({ processed: 0, duplicates: 2, failed: 0, batchItemFailures: [] });
     expect(result.outcomes.map((o) => o.eventId)).toEqual([envelope.id, envelope.id]);
@@ -176,7 +199,6 @@ describe('consumer: exactly-once effect on at-least-once delivery', () => {
 
   it('lets two deliveries of one event race: one handles it, the other waits and skips it', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('consumer-race'));
-    const source = eventSource(queue.url, queue.arn);
     const slow: EventHandler<OrderCreated> = async (event, tx, context) => {
       await tx.query('SELECT pg_sleep(0.3)');
       await notifyOrderCreated(event, tx, context);
@@ -186,7 +208,7 @@ describe('consumer: exactly-once effect on at-least-once delivery', () => {
     const b = createConsumer({ name: 'order-consumer', pool: db.pool, handlers: { 'order.created': slow } });
     const envelope = orderEnvelope();
     await send(aws.sqs, queue.url, [JSON.stringify(envelope), JSON.stringify(envelope)]);
-    const { Records } = await receiveEvent(source, 2);
+    const { Records } = await receiveEvent(queue, 2);
     const [ra, rb] = await Promise.all([
       a.handleSqsEvent({ Records: [Records[0]!] }),
       b.handleSqsEvent({ Records: [Records[1]!] }),
@@ -217,7 +239,6 @@ describe('consumer: partial batch failures', () => {
     const queue = await createQueue(aws.sqs, uniqueName('consumer-batch'), {
       RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlq.arn, maxReceiveCount: '2' }),
     });
-    const source = eventSource(queue.url, queue.arn);
     const envelopes = Array.from({ length: 9 }, () => orderEnvelope());
     const failing = new Set([envelopes[2]!.payload.orderId, envelopes[6]!.payload.orderId]);
     const log = captureLogger();
@@ -239,7 +260,7 @@ describe('consumer: partial batch failures', () => {
     bodies.splice(4, 0, '{"id": "not-an-event", "payload": {"card": "4111 1111 1111 1111"'); // truncated JSON
     const messageIds = await send(aws.sqs, queue.url, bodies);
 
-    const first = await receiveEvent(source, 10);
+    const first = await receiveEvent(queue, 10);
     expect(first.Records).toHaveLength(10);
     const byBody = new Map(first.Records.map((r) => [r.body, r.messageId]));
     const failedIds = [
@@ -269,8 +290,9 @@ describe('consumer: partial batch failures', () => {
     expect(JSON.stringify(log.lines)).not.toMatch(/customer-secret|4111 1111/);
 
     // Lambda deletes what the response did not report; the rest comes back.
-    expect(await source.settle(first, result, { retryDelaySeconds: 0 })).toEqual({ deleted: 7, failed: 3 });
-    const second = await receiveEvent(source, 3);
+    expect(await settle(queue, first, result)).toEqual({ deleted: 7, failed: 3 });
+    await endVisibility(queue, first, result);
+    const second = await receiveEvent(queue, 3);
     expect(second.Records.map((r) => r.messageId).sort()).toEqual([...failedIds].sort());
     const retried = await consumer.handleSqsEvent(second);
     expect(retried).toMatchObject({ processed: 2, duplicates: 0, failed: 1 });
@@ -279,8 +301,9 @@ describe('consumer: partial batch failures', () => {
     expect(await count('SELECT DISTINCT order_id FROM order_notifications')).toBe(9);
 
     // The malformed one has used its receives: the redrive policy moves it to the DLQ.
-    await source.settle(second, retried, { retryDelaySeconds: 0 });
-    expect((await receiveEvent(source, 1, 2000)).Records).toHaveLength(0);
+    expect(await settle(queue, second, retried)).toEqual({ deleted: 2, failed: 1 });
+    await endVisibility(queue, second, retried);
+    expect((await receiveEvent(queue, 1, 2000)).Records).toHaveLength(0);
     const dead = await receiveAll(aws.sqs, dlq.url, 1, 5000);
     expect(dead.map((m) => m.Body)).toEqual([bodies[4]]);
   });
@@ -422,7 +445,6 @@ describe('consumer: partial batch failures', () => {
 describe('consumer: FIFO queues', () => {
   it('holds back the rest of a message group after a failure, and keeps the group in order on retry', async () => {
     const queue = await createQueue(aws.sqs, `${uniqueName('consumer-fifo')}.fifo`);
-    const source = eventSource(queue.url, queue.arn);
     const a = randomUUID();
     const b = randomUUID();
     // Interleaved: a1 b1 a2 b2 a3 (aggregate = order = message group).
@@ -456,7 +478,7 @@ describe('consumer: FIFO queues', () => {
       (i) => ({ group: plan[i]!.group }),
     );
 
-    const first = await receiveEvent(source, 5);
+    const first = await receiveEvent(queue, 5);
     expect(first.Records.map((r) => JSON.parse(r.body).headers.step)).toEqual(['a1', 'b1', 'a2', 'b2', 'a3']);
     const result = await consumer.handleSqsEvent(first);
     expect(result.outcomes.map((o) => o.status)).toEqual([
@@ -472,8 +494,9 @@ describe('consumer: FIFO queues', () => {
     ]);
     expect(handled).toEqual(['a1', 'b1', 'a2', 'b2']); // a3 was not even tried
 
-    await source.settle(first, result, { retryDelaySeconds: 0 });
-    const second = await receiveEvent(source, 2);
+    expect(await settle(queue, first, result)).toEqual({ deleted: 3, failed: 2 });
+    await endVisibility(queue, first, result);
+    const second = await receiveEvent(queue, 2);
     expect(second.Records.map((r) => JSON.parse(r.body).headers.step)).toEqual(['a2', 'a3']);
     expect(await consumer.handleSqsEvent(second)).toMatchObject({ processed: 2, failed: 0 });
     expect(handled).toEqual(['a1', 'b1', 'a2', 'b2', 'a2', 'a3']);
