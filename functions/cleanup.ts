@@ -3,9 +3,9 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
+import { databaseConfig } from '../lib/db/connection-config.js';
 import { type CleanupReport, runCleanup } from '../lib/operations/cleanup.js';
 import { loadCleanupConfig } from '../lib/operations/cleanup-config.js';
-import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name).

@@ -7,8 +7,8 @@ import pg from 'pg';
 import { z } from 'zod';
 import { readVar } from '../lib/config/env.js';
 import { type Consumer, createConsumer } from '../lib/consumer/consumer.js';
+import { databaseConfig } from '../lib/db/connection-config.js';
 import { orderNotificationHandlers } from '../lib/example/order-notifications.js';
-import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name).

@@ -4,9 +4,9 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
+import { databaseConfig } from '../lib/db/connection-config.js';
 import { ValidationError } from '../lib/errors.js';
 import { parseRedriveInput, type RedriveResult, redrive } from '../lib/operations/redrive.js';
-import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
 
 const { logger, metrics } = observability('outbox-redrive');

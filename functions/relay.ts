@@ -6,11 +6,11 @@ import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
+import { databaseConfig } from '../lib/db/connection-config.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import type { Publisher } from '../lib/publish/types.js';
 import { listenSignal, sleepSignal } from '../lib/relay/notifier.js';
 import { Relay, type RelaySummary } from '../lib/relay/relay.js';
-import { databaseConfig } from './shared/database.js';
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name)
