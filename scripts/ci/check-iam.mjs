@@ -21,7 +21,9 @@ for (const [name, resource] of Object.entries(template.Resources)) {
     documents.push(resource.Properties.PolicyDocument);
   }
   for (const document of documents) {
-    for (const statement of [].concat(document.Statement)) {
+    // A statement may be conditional (Fn::If): check both branches.
+    const unwrap = (s) => (s?.['Fn::If'] ? s['Fn::If'].slice(1).flatMap(unwrap) : s?.Ref ? [] : [s]);
+    for (const statement of [].concat(document.Statement).flatMap(unwrap)) {
       statements++;
       const actions = [].concat(statement.Action ?? []);
       const resources = [].concat(statement.Resource ?? []);

@@ -152,6 +152,127 @@ export async function startLocalAws(
   };
 }
 
+/** A MiniStack process group running the whole deployed stack. */
+export interface StackEmulator {
+  endpoint: string;
+  pid: number;
+  /** Stops MiniStack and every process it started (Lambda workers included). */
+  stop(): Promise<void>;
+}
+
+/** Pids of `pid`'s descendants, read from /proc (Linux). */
+export function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // pid (comm) state ppid ...; comm may hold spaces and parentheses.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const list = children.get(ppid) ?? [];
+      list.push(Number(entry));
+      children.set(ppid, list);
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  const found: number[] = [];
+  const stack = [pid];
+  while (stack.length > 0) {
+    for (const child of children.get(stack.pop() as number) ?? []) {
+      found.push(child);
+      stack.push(child);
+    }
+  }
+  return found;
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * MiniStack with every service and its local Lambda executor, for deploying
+ * serverless.yml as it is (`scripts/local/stack.ts`). `auth` makes it enforce
+ * IAM and hand each function its execution role's credentials. It runs in a
+ * process group of its own; `stop()` ends the group and then any descendant
+ * that left it (by pid, never by name), so no Lambda worker outlives it
+ * holding database sessions. `env` reaches MiniStack and, through it, every
+ * function it runs (MiniStack passes its own environment on); `nodeDir` is
+ * put first on PATH so the functions run on that Node.
+ */
+export async function startStackEmulator(
+  options: {
+    auth?: boolean;
+    env?: Record<string, string>;
+    nodeDir?: string;
+    log?: (line: string) => void;
+  } = {},
+): Promise<StackEmulator> {
+  const spec = EMULATORS.ministack;
+  const bin = ensureEmulator('ministack', options.log);
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    GATEWAY_PORT: String(port),
+    BIND_HOST: '127.0.0.1',
+    // Queue URLs and ARNs name 127.0.0.1, the address the functions reach it on.
+    MINISTACK_HOST: '127.0.0.1',
+    AUTH: options.auth === false ? 'false' : 'true',
+    IOT_MTLS_ENABLED: '0',
+    SFTP_ENABLED: '0',
+    ...options.env,
+  };
+  // Values for the host's tools must not leak into the functions.
+  for (const name of ['AWS_ENDPOINT_URL', 'DATABASE_URL', 'NODE_OPTIONS', 'SERVICES']) {
+    if (!options.env || !(name in options.env)) delete env[name];
+  }
+  if (options.nodeDir) env.PATH = `${options.nodeDir}${path.delimiter}${env.PATH ?? ''}`;
+  const child = spawn(bin, [], { stdio: ['ignore', 'ignore', 'pipe'], cwd: spec.venv, env, detached: true });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4000);
+  });
+  const pid = child.pid as number;
+  const endpoint = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    const family = descendants(pid);
+    const signal = (sig: NodeJS.Signals) => {
+      try {
+        process.kill(-pid, sig);
+      } catch {
+        // the group is gone
+      }
+      for (const p of family) {
+        try {
+          process.kill(p, sig);
+        } catch {
+          // already ended
+        }
+      }
+    };
+    signal('SIGTERM');
+    const deadline = Date.now() + 5_000;
+    while (Date.now() < deadline && [pid, ...family].some(alive)) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    if ([pid, ...family].some(alive)) signal('SIGKILL');
+  };
+  try {
+    await waitUntilUp(`${endpoint}${spec.health}`, child, 60_000);
+  } catch (error) {
+    await stop();
+    throw new Error(`${(error as Error).message}\n${stderr}`);
+  }
+  child.unref();
+  return { endpoint, pid, stop };
+}
+
 /** Sets the environment the AWS SDK needs to talk to a local emulator. */
 export function useLocalAwsEnv(endpoint: string): void {
   process.env.AWS_ENDPOINT_URL = endpoint;

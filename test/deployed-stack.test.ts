@@ -1,0 +1,287 @@
+/**
+ * The deployed stack, end to end: serverless.yml deployed as it is with
+ * `serverless deploy --stage local` into MiniStack with IAM enforced; the
+ * deployed functions run in MiniStack's Lambda executor on Node 22, driven by
+ * their schedule, an asynchronous invoke and the SQS event source mapping.
+ * Nothing here calls a handler in-process.
+ */
+
+import { randomUUID } from 'node:crypto';
+import { EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
+import {
+  CreateSecretCommand,
+  GetSecretValueCommand,
+  SecretsManagerClient,
+} from '@aws-sdk/client-secrets-manager';
+import {
+  GetQueueAttributesCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createOrder } from '../lib/example/orders.js';
+import { enqueueEvent } from '../lib/outbox/enqueue.js';
+import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
+import { FaultProxy } from '../scripts/local/fault-proxy.js';
+import { node22PathDir } from '../scripts/local/node22.js';
+import {
+  type DeployedStack,
+  deployStack,
+  emulatorClientConfig,
+  invokeFunction,
+  jsonLines,
+  LogTail,
+  serverless,
+} from '../scripts/local/stack.js';
+import { useTestDatabase } from './support/database.js';
+
+const db = useTestDatabase();
+let emulator: StackEmulator;
+let proxy: FaultProxy;
+let stack: DeployedStack;
+const startedAt = Date.now();
+
+async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs = 90_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+beforeAll(async () => {
+  proxy = await FaultProxy.start(0);
+  emulator = await startStackEmulator({
+    auth: true,
+    nodeDir: node22PathDir(),
+    env: { AWS_ENDPOINT_URL_EVENTBRIDGE: proxy.endpoint },
+  });
+  proxy.forwardTo(emulator.endpoint);
+  stack = await deployStack({ endpoint: emulator.endpoint, databaseUrl: db.url });
+  // The schedule's first run comes a minute after the rule exists; start one now.
+  await invokeFunction(stack, 'relay', { source: 'test', 'detail-type': 'Deploy' }, 'Event');
+}, 300_000);
+
+afterAll(async () => {
+  await emulator?.stop();
+  await proxy?.stop();
+  // No Lambda worker outlived the emulator holding a session on our database.
+  const { rows } = await db.pool.query(
+    `SELECT pid, application_name FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name LIKE 'pg-lambda-outbox-%'`,
+  );
+  expect(rows).toEqual([]);
+}, 60_000);
+
+describe('the deployed stack on MiniStack (IAM enforced)', () => {
+  it('orders written are consumed by the deployed consumer, on Node 22, exactly once each', async () => {
+    const orders = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        createOrder(db.pool, { customerId: `c-${i}`, totalCents: 100 + i, currency: 'SEK' }),
+      ),
+    );
+    const ids = orders.map((o) => o.eventId);
+    await until('20 events consumed', async () => {
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM processed_events WHERE consumer = 'order-consumer' AND event_id = ANY($1)`,
+        [ids],
+      );
+      return rows[0].n === ids.length;
+    });
+    const { rows: notified } = await db.pool.query(
+      'SELECT order_id FROM order_notifications WHERE event_id = ANY($1)',
+      [ids],
+    );
+    expect(notified.map((r) => r.order_id).sort()).toEqual(orders.map((o) => o.orderId).sort());
+    // The outbox rows are finished, and the relay's SQS target got them too.
+    const { rows: pending } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM outbox_events WHERE id = ANY($1) AND processed_at IS NULL',
+      [ids],
+    );
+    expect(pending[0].n).toBe(0);
+    // The functions ran in MiniStack's executor on the runtime's Node major.
+    // (The emulator writes a function's log lines when its invocation ends;
+    // the relay's first run is still going, the consumer's are done.)
+    const consumerLines = await new LogTail(stack, 'consumer', startedAt).poll();
+    expect(consumerLines.some((l) => l.startsWith('START RequestId'))).toBe(true);
+    expect(consumerLines.join('\n')).not.toMatch(/You are running node v\d+/);
+  }, 120_000);
+
+  it('a dead letter is redriven with `serverless invoke -f redrive` (dry run, then for real) and published', async () => {
+    // The bus's answers for this event are lost on the way back (the fault
+    // proxy reports them as failed), so the relay retries it to the limit.
+    const marker = randomUUID();
+    proxy.failDetailsContaining.add(marker);
+    const eventId = await enqueueEvent(db.pool, {
+      aggregateType: 'order',
+      aggregateId: marker,
+      eventType: 'order.created',
+      payload: { orderId: marker, customerId: 'c', totalCents: 1, currency: 'SEK' },
+    });
+    // Five attempts (the local stage's maxAttempts), each refused by the bus.
+    const dead = await until(
+      'the event to be dead-lettered',
+      async () => {
+        const { rows } = await db.pool.query(
+          'SELECT attempts, last_error FROM outbox_events WHERE id = $1 AND dead_lettered_at IS NOT NULL',
+          [eventId],
+        );
+        return rows[0];
+      },
+      120_000,
+    );
+    expect(dead.attempts).toBe(5);
+    expect(dead.last_error).toMatch(/InjectedFailure/);
+
+    // The target is fixed; an operator redrives through the deployed function.
+    proxy.failDetailsContaining.delete(marker);
+    const invoke = async (data: object) => {
+      const out = await serverless(stack.endpoint, [
+        'invoke',
+        '-f',
+        'redrive',
+        '--stage',
+        'local',
+        '--param',
+        `databaseSecretArn=${stack.secretArn}`,
+        '--data',
+        JSON.stringify(data),
+      ]);
+      return JSON.parse(out.slice(out.indexOf('{'), out.lastIndexOf('}') + 1));
+    };
+    const dry = await invoke({ ids: [eventId], dryRun: true });
+    expect(dry).toMatchObject({ dryRun: true, matched: 1, reset: 0 });
+    const { rows: still } = await db.pool.query('SELECT dead_lettered_at FROM outbox_events WHERE id = $1', [
+      eventId,
+    ]);
+    expect(still[0].dead_lettered_at).not.toBeNull();
+    const real = await invoke({ ids: [eventId] });
+    expect(real).toMatchObject({ dryRun: false, reset: 1 });
+    await until('the redriven event to be published', async () => {
+      const { rows } = await db.pool.query('SELECT processed_at FROM outbox_events WHERE id = $1', [eventId]);
+      return rows[0].processed_at !== null;
+    });
+  }, 240_000);
+
+  it('the cleanup function runs against the database and reports its counts', async () => {
+    const result = await invokeFunction(stack, 'cleanup', {});
+    expect(result.functionError).toBeUndefined();
+    expect(result.payload).toMatchObject({ finished: true, outboxEvents: { deleted: expect.any(Number) } });
+  }, 60_000);
+
+  it("a poison message lands in the consumer's DLQ through the queue's redrive policy", async () => {
+    const sqs = new SQSClient(emulatorClientConfig(stack.endpoint));
+    await sqs.send(
+      new SendMessageCommand({
+        QueueUrl: stack.outputs.ConsumerQueueUrl,
+        MessageBody: 'not an outbox envelope',
+      }),
+    );
+    const dlq = stack.outputs.ConsumerDLQUrl as string;
+    await until(
+      'the poison message in the consumer DLQ',
+      async () => {
+        const { Attributes } = await sqs.send(
+          new GetQueueAttributesCommand({ QueueUrl: dlq, AttributeNames: ['ApproximateNumberOfMessages'] }),
+        );
+        return Number(Attributes?.ApproximateNumberOfMessages) >= 1;
+      },
+      90_000,
+    );
+    const { Messages } = await sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: dlq, WaitTimeSeconds: 1, MaxNumberOfMessages: 10 }),
+    );
+    expect(Messages?.map((m) => m.Body)).toContain('not an outbox envelope');
+    const failures = jsonLines(await new LogTail(stack, 'consumer', startedAt).poll()).filter(
+      (l) => Number(l.failed ?? 0) > 0,
+    );
+    expect(failures.length).toBeGreaterThan(0);
+  }, 120_000);
+});
+
+describe('least privilege, enforced by the emulator', () => {
+  /** Clients acting as one function's execution role. */
+  async function as(fn: 'relay' | 'consumer' | 'redrive' | 'cleanup') {
+    const sts = new STSClient(emulatorClientConfig(stack.endpoint));
+    const { Credentials } = await sts.send(
+      new AssumeRoleCommand({
+        RoleArn: `arn:aws:iam::000000000000:role/${stack.roleName(fn)}`,
+        RoleSessionName: `test-${fn}`,
+      }),
+    );
+    const config = {
+      endpoint: stack.endpoint,
+      region: 'us-east-1',
+      maxAttempts: 1,
+      credentials: {
+        accessKeyId: Credentials?.AccessKeyId as string,
+        secretAccessKey: Credentials?.SecretAccessKey as string,
+        sessionToken: Credentials?.SessionToken,
+      },
+    };
+    return {
+      sqs: new SQSClient(config),
+      events: new EventBridgeClient(config),
+      secrets: new SecretsManagerClient(config),
+    };
+  }
+  const denied = { name: expect.stringMatching(/AccessDenied|NotAuthorized|Unauthorized/i) };
+  const send = (queueUrl: string) => new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: '{}' });
+  const put = () =>
+    new PutEventsCommand({
+      Entries: [
+        { EventBusName: stack.outputs.OutboxBusName, Source: 'outbox', DetailType: 'x', Detail: '{}' },
+      ],
+    });
+
+  it('each role reads the database secret, and nothing else in Secrets Manager', async () => {
+    const admin = new SecretsManagerClient(emulatorClientConfig(stack.endpoint));
+    const other = await admin.send(
+      new CreateSecretCommand({ Name: `someone-else-${Date.now()}`, SecretString: 'x' }),
+    );
+    for (const fn of ['relay', 'consumer', 'redrive', 'cleanup'] as const) {
+      const { secrets } = await as(fn);
+      await expect(
+        secrets.send(new GetSecretValueCommand({ SecretId: stack.secretArn })),
+      ).resolves.toBeDefined();
+      await expect(secrets.send(new GetSecretValueCommand({ SecretId: other.ARN }))).rejects.toMatchObject(
+        denied,
+      );
+    }
+  }, 60_000);
+
+  it('the relay publishes to its queue and bus, and cannot read the consumer queue', async () => {
+    const { sqs, events } = await as('relay');
+    await expect(sqs.send(send(stack.outputs.OutboxQueueUrl as string))).resolves.toBeDefined();
+    await expect(events.send(put())).resolves.toBeDefined();
+    await expect(
+      sqs.send(new ReceiveMessageCommand({ QueueUrl: stack.outputs.ConsumerQueueUrl })),
+    ).rejects.toMatchObject(denied);
+    await expect(sqs.send(send(stack.outputs.ConsumerQueueUrl as string))).rejects.toMatchObject(denied);
+  }, 60_000);
+
+  it('the consumer reads its queue and cannot publish to the relay’s queue or the bus', async () => {
+    const { sqs, events } = await as('consumer');
+    await expect(
+      sqs.send(new ReceiveMessageCommand({ QueueUrl: stack.outputs.ConsumerQueueUrl, WaitTimeSeconds: 0 })),
+    ).resolves.toBeDefined();
+    await expect(sqs.send(send(stack.outputs.OutboxQueueUrl as string))).rejects.toMatchObject(denied);
+    await expect(events.send(put())).rejects.toMatchObject(denied);
+  }, 60_000);
+
+  it('redrive and cleanup cannot publish anywhere', async () => {
+    for (const fn of ['redrive', 'cleanup'] as const) {
+      const { sqs, events } = await as(fn);
+      await expect(sqs.send(send(stack.outputs.OutboxQueueUrl as string))).rejects.toMatchObject(denied);
+      await expect(events.send(put())).rejects.toMatchObject(denied);
+    }
+  }, 60_000);
+});
