@@ -1,23 +1,24 @@
 /**
- * `npm start`: the whole outbox running locally. PostgreSQL (embedded unless
- * DATABASE_URL or a local server), an AWS emulator (unless AWS_ENDPOINT_URL),
- * migrations, the queues/bus/rule of serverless.yml, a producer writing orders
- * at a steady rate, and the relay Lambda handler invoked as its schedule would
- * invoke it, the consumer Lambda handler fed from its queue as Lambda's SQS
- * event source mapping would feed it, and a live status. Ctrl-C stops cleanly.
+ * `npm start`: the deployed stack, running locally. PostgreSQL (a local
+ * server, DATABASE_URL or embedded), MiniStack with IAM enforced, migrations,
+ * the database secret, `serverless deploy --stage local` of serverless.yml as
+ * it is, then a producer writing orders while the deployed functions do the
+ * rest: the EventBridge schedule invokes the relay (and one asynchronous
+ * invoke starts it at once), the bus rule feeds the consumer queue, the event
+ * source mapping invokes the consumer. The live status reads the database and
+ * the functions' own logs. Ctrl-C stops everything this started.
  */
-import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
 import logUpdate from 'log-update';
 import pg from 'pg';
-import { SqsEventSource } from '../lib/consumer/sqs-event-source.js';
-import { migrate, setNotifyTrigger } from '../lib/db/migrate.js';
+import { migrate } from '../lib/db/migrate.js';
 import { createOrder } from '../lib/example/orders.js';
-import { type EmulatorName, startLocalAws, useLocalAwsEnv } from './local/aws-emulator.js';
-import { injectFailures } from './local/fault-injection.js';
+import { startStackEmulator } from './local/aws-emulator.js';
+import { FaultProxy } from './local/fault-proxy.js';
+import { node22PathDir } from './local/node22.js';
 import { ensureDatabase, startLocalPostgres } from './local/postgres.js';
-import { ensureLocalResources } from './local/resources.js';
+import { type DeployedStack, deployStack, invokeFunction, jsonLines, LogTail } from './local/stack.js';
 
 const number = (min: number, max: number) => (value: string) => {
   const n = Number(value);
@@ -28,134 +29,110 @@ const number = (min: number, max: number) => (value: string) => {
 
 const opts = new Command()
   .name('npm start --')
-  .description('Run producer → outbox → relay → SQS/EventBridge → consumer locally, with a live status.')
-  .option('--rate <events/s>', 'orders written per second', number(0, 5000), 20)
-  .option('--duration <seconds>', 'stop after this long (0: until Ctrl-C)', number(0, 86_400), 0)
+  .description(
+    'Deploy the stack into a local emulator (MiniStack, IAM enforced) and run producer → outbox → relay → SQS/EventBridge → consumer through the deployed functions, with a live status.',
+  )
+  .option('--rate <events/s>', 'orders written per second', number(0, 2000), 20)
+  .option(
+    '--duration <seconds>',
+    'produce for this long, then drain and stop (0: until Ctrl-C)',
+    number(0, 86_400),
+    0,
+  )
   .option(
     '--fail-rate <0..1>',
-    'share of publishes to fail on purpose (watch retries and dead letters)',
+    'share of EventBridge entries a fault proxy reports as failed (watch retries, duplicates, dead letters)',
     number(0, 1),
     0,
   )
-  .option('--max-attempts <n>', 'attempts before an event is dead-lettered', number(1, 1000), 5)
-  .option('--period <seconds>', 'relay schedule period (EventBridge rate)', number(1, 3600), 60)
-  .option('--budget <seconds>', 'relay invocation time budget (Lambda timeout)', number(2, 900), 75)
   .option(
-    '--emulator <name>',
-    'AWS emulator to start when AWS_ENDPOINT_URL is unset: ministack | moto',
-    'ministack',
+    '--max-attempts <n>',
+    'attempts before an event is dead-lettered (stage param maxAttempts)',
+    number(1, 100),
+    5,
   )
-  .option('--logs', 'print the relay’s JSON logs instead of the live status')
+  .option('--summary <file>', 'write a final JSON summary to this file')
+  .option('--logs', 'print the functions’ log lines instead of the live status')
   .parse()
   .opts<{
     rate: number;
     duration: number;
     failRate: number;
     maxAttempts: number;
-    period: number;
-    budget: number;
-    emulator: EmulatorName;
+    summary?: string;
     logs?: boolean;
   }>();
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const tty = process.stdout.isTTY && !opts.logs;
+const startedAt = Date.now();
+const cleanups: Array<() => Promise<void>> = [];
+let stopping = false;
+
+async function cleanUp() {
+  for (const step of cleanups.reverse())
+    await step().catch((error: Error) => say(`cleanup: ${error.message}`));
+  cleanups.length = 0;
+}
+process.on('SIGINT', () => {
+  if (stopping) process.exit(130); // second Ctrl-C: leave now
+  void stop('Ctrl-C');
+});
+process.on('SIGTERM', () => void stop('SIGTERM'));
 
 // --- infrastructure ---------------------------------------------------------
 const postgres = await startLocalPostgres({ dataDir: '.local/pgdata', persistent: true, log: say });
+cleanups.push(() => postgres.stop());
 const databaseUrl = await ensureDatabase(postgres.adminUrl, 'outbox_local');
 await migrate({ databaseUrl });
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-await setNotifyTrigger(pool, true);
-const aws = await startLocalAws({ emulator: opts.emulator, log: say });
-useLocalAwsEnv(aws.endpoint);
-const sqs = new SQSClient({});
-const resources = await ensureLocalResources(sqs, new EventBridgeClient({}));
-
+cleanups.push(() => pool.end());
 say(`PostgreSQL (${postgres.source}): ${databaseUrl}`);
-say(`AWS emulator (${aws.source}): ${aws.endpoint}`);
-say(`Relay queue: ${resources.eventsQueueUrl}; bus: ${resources.busName} → ${resources.consumerQueueUrl}`);
-say(`Another terminal: DATABASE_URL=${databaseUrl} npm run outbox -- status\n`);
 
-// --- the relay Lambda, configured as serverless.yml configures it -------------
-Object.assign(process.env, {
-  DATABASE_URL: databaseUrl,
-  OUTBOX_ROUTES: JSON.stringify([
-    {
-      match: 'order.*',
-      targets: [
-        { type: 'sqs', queueUrl: resources.eventsQueueUrl },
-        { type: 'eventbridge', busName: resources.busName },
-      ],
-    },
-  ]),
-  OUTBOX_LISTEN: 'true',
-  OUTBOX_MAX_ATTEMPTS: String(opts.maxAttempts),
-  OUTBOX_BACKOFF_BASE_MS: process.env.OUTBOX_BACKOFF_BASE_MS ?? '500',
-  OUTBOX_BACKOFF_MAX_MS: process.env.OUTBOX_BACKOFF_MAX_MS ?? '10000',
-  OUTBOX_SAFETY_MARGIN_MS: String(Math.min(10_000, (opts.budget * 1000) / 4)),
-  CONSUMER_NAME: 'order-consumer',
-  POWERTOOLS_LOG_LEVEL: opts.logs ? 'INFO' : 'SILENT',
-  POWERTOOLS_METRICS_DISABLED: 'true',
+let proxy: FaultProxy | undefined;
+if (opts.failRate > 0) {
+  proxy = await FaultProxy.start(opts.failRate);
+  cleanups.push(() => (proxy as FaultProxy).stop());
+}
+const nodeDir = node22PathDir(say);
+say('starting MiniStack (IAM enforced)…');
+const emulator = await startStackEmulator({
+  auth: true,
+  nodeDir,
+  // The deployed functions inherit this: their EventBridge calls go through the proxy.
+  env: proxy ? { AWS_ENDPOINT_URL_EVENTBRIDGE: proxy.endpoint } : {},
+  log: say,
 });
-const { createRelayHandler } = await import('../functions/relay.js');
-const { consumerHandler } = await import('../functions/consumer.js');
-const relayHandler = createRelayHandler({ wrapPublisher: (p) => injectFailures(p, opts.failRate) });
-
-let stopping = false;
-const inFlight = new Set<Promise<unknown>>();
-let invocations = 0;
-
-/** A Lambda-like context whose remaining time drops to zero on Ctrl-C. */
-function context(budgetMs: number, functionName = 'outbox-relay') {
-  const deadline = Date.now() + budgetMs;
-  if (functionName === 'outbox-relay') invocations++;
-  return {
-    functionName,
-    awsRequestId: `local-${invocations}`,
-    getRemainingTimeInMillis: () => (stopping ? 0 : Math.max(0, deadline - Date.now())),
-  } as never;
+cleanups.push(() => emulator.stop());
+proxy?.forwardTo(emulator.endpoint);
+say(`MiniStack: ${emulator.endpoint}; deploying the stack (serverless deploy --stage local)…`);
+let stack: DeployedStack;
+try {
+  const t0 = Date.now();
+  stack = await deployStack({
+    endpoint: emulator.endpoint,
+    databaseUrl,
+    params: { maxAttempts: String(opts.maxAttempts) },
+    log: opts.logs ? say : undefined,
+  });
+  say(`deployed in ${((Date.now() - t0) / 1000).toFixed(0)} s: ${stack.functionName('relay')}, …`);
+} catch (error) {
+  say((error as Error).message);
+  await cleanUp();
+  process.exit(1);
 }
-
-function tick() {
-  if (stopping) return;
-  const run = relayHandler(
-    { source: 'aws.events', 'detail-type': 'Scheduled Event' },
-    context(opts.budget * 1000),
-  )
-    .catch((error: Error) => say(`relay invocation failed: ${error.message}`))
-    .finally(() => inFlight.delete(run));
-  inFlight.add(run);
-}
-tick();
-const schedule = setInterval(tick, opts.period * 1000);
-
-// --- the consumer Lambda, fed from its queue like an SQS event source mapping --
-const source = new SqsEventSource({ sqs, queueUrl: resources.consumerQueueUrl, waitTimeSeconds: 1 });
-let acknowledged = 0;
-let consumerErrors = 0;
-const consumerLoop = (async () => {
-  while (!stopping) {
-    const result = await source
-      .pollOnce((event) => consumerHandler(event, context(30_000, 'outbox-consumer')), {
-        retryDelaySeconds: 2,
-      })
-      .catch((error: Error) => {
-        say(`consumer poll failed: ${error.message}`);
-        return undefined;
-      });
-    acknowledged += result?.deleted ?? 0;
-    if (result?.error) consumerErrors++;
-  }
-})();
+// The schedule's first run comes a minute after the rule exists; start now.
+await invokeFunction(stack, 'relay', { source: 'npm-start', 'detail-type': 'Deploy' }, 'Event');
+say(`Another terminal: DATABASE_URL=${databaseUrl} npm run outbox -- status\n`);
 
 // --- producer: orders at a steady rate ----------------------------------------
 let produced = 0;
 let produceErrors = 0;
-const startedAt = Date.now();
+const firstOrder = new Date();
 const producer = (async () => {
-  while (!stopping) {
-    const due = Math.floor((opts.rate * (Date.now() - startedAt)) / 1000);
+  const t0 = Date.now();
+  while (!stopping && !(opts.duration > 0 && Date.now() - t0 >= opts.duration * 1000)) {
+    const due = Math.floor((opts.rate * (Date.now() - t0)) / 1000);
     const writes: Promise<unknown>[] = [];
     while (produced + writes.length < due && writes.length < 50) {
       writes.push(
@@ -172,45 +149,84 @@ const producer = (async () => {
   }
 })();
 
-// --- live status --------------------------------------------------------------
+// --- what the deployed functions did --------------------------------------------
+// Read from their CloudWatch log groups in the emulator. MiniStack writes an
+// invocation's lines when it ends, so a relay run (up to 65 s) shows up then;
+// its open database sessions show that it is running meanwhile.
+const relayLogs = new LogTail(stack, 'relay', startedAt);
+const consumerLogs = new LogTail(stack, 'consumer', startedAt);
+const seen = { relayInvocations: 0, relayRuns: 0, relayErrors: 0, duplicates: 0, consumerFailed: 0 };
+async function followLogs() {
+  for (const [tail, name] of [
+    [relayLogs, 'relay'],
+    [consumerLogs, 'consumer'],
+  ] as const) {
+    const lines = await tail.poll();
+    if (opts.logs) for (const line of lines) say(`[${name}] ${line.trimEnd()}`);
+    for (const line of lines)
+      if (name === 'relay' && line.startsWith('START RequestId')) seen.relayInvocations++;
+    for (const entry of jsonLines(lines)) {
+      if (name === 'relay' && entry.message === 'relay run finished') seen.relayRuns++;
+      if (name === 'relay' && entry.level === 'ERROR') seen.relayErrors++;
+      if (name === 'consumer' && entry.message === 'batch handled') {
+        seen.duplicates += Number(entry.duplicates ?? 0);
+        seen.consumerFailed += Number(entry.failed ?? 0);
+      }
+    }
+  }
+}
+
 const STATUS = `
 SELECT
-  (SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL)::int AS pending,
-  (SELECT count(*) FROM outbox_events WHERE processed_at > now() - interval '5 seconds')::int AS recent,
-  (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - created_at) * 1000)
-     FROM outbox_events WHERE processed_at > now() - interval '5 seconds') AS lag,
-  (SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND retry_after > now())::int AS backing_off,
-  (SELECT count(*) FROM outbox_events WHERE attempts > 1 AND created_at >= $1)::int AS retried,
-  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead,
-  (SELECT count(*) FROM processed_events WHERE consumer = 'order-consumer' AND processed_at >= $1)::int AS consumed`;
+  (SELECT count(*) FROM outbox_events WHERE created_at >= $1)::int AS written,
+  (SELECT count(*) FROM outbox_events WHERE created_at >= $1 AND processed_at IS NOT NULL AND discarded_at IS NULL)::int AS published,
+  (SELECT count(*) FROM outbox_events WHERE created_at >= $1 AND processed_at IS NULL AND dead_lettered_at IS NULL)::int AS pending,
+  (SELECT count(*) FROM outbox_events WHERE created_at >= $1 AND attempts > 1)::int AS retried,
+  (SELECT count(*) FROM outbox_events WHERE created_at >= $1 AND dead_lettered_at IS NOT NULL)::int AS dead,
+  (SELECT count(*) FROM processed_events p JOIN outbox_events e ON e.id = p.event_id
+     WHERE p.consumer = 'order-consumer' AND e.created_at >= $1)::int AS consumed,
+  (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM p.processed_at - e.created_at) * 1000)
+     FROM processed_events p JOIN outbox_events e ON e.id = p.event_id
+     WHERE p.consumer = 'order-consumer' AND e.created_at >= $1) AS lag,
+  (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $2)::int AS relay_sessions`;
 
-async function status(): Promise<string> {
-  const { rows } = await pool.query(STATUS, [new Date(startedAt)]);
-  const r = rows[0];
-  const { Attributes } = await sqs.send(
-    new GetQueueAttributesCommand({
-      QueueUrl: resources.eventsQueueUrl,
-      AttributeNames: ['ApproximateNumberOfMessages'],
-    }),
-  );
-  const lag = r.lag ? `${Math.round(r.lag[0])} / ${Math.round(r.lag[1])} ms` : '–';
+interface Status {
+  written: number;
+  published: number;
+  pending: number;
+  retried: number;
+  dead: number;
+  consumed: number;
+  lag: [number, number] | null;
+  relay_sessions: number;
+}
+
+async function status(): Promise<Status> {
+  await followLogs();
+  const { rows } = await pool.query(STATUS, [firstOrder, stack.functionName('relay')]);
+  return rows[0] as Status;
+}
+
+function show(s: Status): string {
+  const lag = s.lag ? `${Math.round(s.lag[0])} / ${Math.round(s.lag[1])} ms` : '–';
   const elapsed = Math.round((Date.now() - startedAt) / 1000);
   return [
-    `outbox running ${elapsed}s  (rate ${opts.rate}/s, fail-rate ${opts.failRate}, relay invocations ${invocations}, Ctrl-C to stop)`,
+    `outbox (deployed on MiniStack) ${elapsed}s  rate ${opts.rate}/s, fail-rate ${opts.failRate}; Ctrl-C to stop`,
     `  produced        ${produced}${produceErrors ? ` (${produceErrors} failed)` : ''}`,
-    `  pending         ${r.pending}`,
-    `  published/s     ${(r.recent / 5).toFixed(1)}`,
-    `  lag p50 / p99   ${lag}   (commit → publish, last 5 s)`,
-    `  retries         ${r.retried} events needed a retry; ${r.backing_off} backing off now`,
-    `  dead letters    ${r.dead}`,
-    `  relay queue     ${Attributes?.ApproximateNumberOfMessages ?? '?'} messages`,
-    `  consumer        ${r.consumed} processed, ${Math.max(0, acknowledged - r.consumed)} duplicates skipped${consumerErrors ? `, ${consumerErrors} failed batches` : ''}`,
+    `  relay           ${seen.relayInvocations} invocations logged, ${seen.relayRuns} run summaries${seen.relayErrors ? `, ${seen.relayErrors} error lines` : ''}; ${s.relay_sessions} database sessions open now`,
+    `  published       ${s.published}   pending ${s.pending}`,
+    `  retries         ${s.retried} events needed a retry${proxy ? ` (${proxy.injected} failures injected)` : ''}`,
+    `  dead letters    ${s.dead}`,
+    `  consumer        ${s.consumed} consumed, ${seen.duplicates} duplicates skipped${seen.consumerFailed ? `, ${seen.consumerFailed} failed` : ''}`,
+    `  lag p50 / p99   ${lag}   (commit → consumed)`,
   ].join('\n');
 }
 
+let last: Status | undefined;
 const render = async () => {
   try {
-    const text = await status();
+    last = await status();
+    const text = show(last);
     if (tty) logUpdate(text);
     else if (!opts.logs)
       console.log(
@@ -223,28 +239,55 @@ const render = async () => {
     say(`status failed: ${(error as Error).message}`);
   }
 };
-const statusTimer = setInterval(render, tty ? 500 : 5000);
+let statusTimer = setInterval(render, tty ? 1000 : 5000);
 
 // --- stopping -----------------------------------------------------------------
-async function stop(reason: string) {
+async function stop(reason: string, drainMs = 0) {
   if (stopping) return;
   stopping = true;
-  clearInterval(schedule);
   clearInterval(statusTimer);
-  say(`\nstopping (${reason}): finishing the batches in hand…`);
   await producer;
-  await Promise.all(inFlight);
-  await consumerLoop;
+  if (drainMs > 0) {
+    say(
+      `\n${reason}: producing stopped; waiting up to ${drainMs / 1000} s for the deployed functions to finish…`,
+    );
+    const deadline = Date.now() + drainMs;
+    while (Date.now() < deadline) {
+      await render();
+      if (last && last.pending === 0 && last.consumed + last.dead >= produced) break;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  } else {
+    say(`\nstopping (${reason})…`);
+  }
   await render();
   if (tty) logUpdate.done();
-  await pool.end();
-  await aws.stop();
-  await postgres.stop();
+  if (opts.summary && last) {
+    const summary = {
+      produced,
+      published: last.published,
+      consumed: last.consumed,
+      duplicates_skipped: seen.duplicates,
+      dead_letters: last.dead,
+      retried: last.retried,
+      relay_invocations: seen.relayInvocations,
+      lag_ms_p50: last.lag ? Math.round(last.lag[0]) : null,
+      lag_ms_p99: last.lag ? Math.round(last.lag[1]) : null,
+      fail_rate: opts.failRate,
+      rate: opts.rate,
+      duration_s: Math.round((Date.now() - startedAt) / 1000),
+    };
+    fs.writeFileSync(opts.summary, `${JSON.stringify(summary, null, 2)}\n`);
+    say(`summary written to ${opts.summary}`);
+  }
+  await cleanUp();
   process.exit(0);
 }
-process.on('SIGINT', () => {
-  if (stopping) process.exit(130); // second Ctrl-C: leave now
-  void stop('Ctrl-C');
-});
-process.on('SIGTERM', () => void stop('SIGTERM'));
-if (opts.duration > 0) setTimeout(() => void stop(`--duration ${opts.duration}s`), opts.duration * 1000);
+
+if (opts.duration > 0) {
+  void producer.then(() => {
+    if (!stopping) void stop(`--duration ${opts.duration}s`, 120_000);
+  });
+}
+// Keep the reference used (biome): the timer is cleared in stop().
+statusTimer = statusTimer.ref();
