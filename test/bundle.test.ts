@@ -4,11 +4,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { toSqsEvent } from '../lib/consumer/sqs-event.js';
 import { createOrder } from '../lib/example/orders.js';
 import { ensureNode22, node22PathDir } from '../scripts/local/node22.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
+import { toSqsEvent } from './support/sqs-event.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'outbox-bundle-'));

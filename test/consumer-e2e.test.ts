@@ -2,7 +2,6 @@ import { createHash } from 'node:crypto';
 import { CreateEventBusCommand, PutRuleCommand, PutTargetsCommand } from '@aws-sdk/client-eventbridge';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { toSqsRecord } from '../lib/consumer/sqs-event.js';
 import { createOrder } from '../lib/example/orders.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
@@ -10,6 +9,7 @@ import { useTestDatabase } from './support/database.js';
 import { lambdaContext } from './support/events.js';
 import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 import { deleteAcknowledged, receiveBatch } from './support/sqs-batch.js';
+import { toSqsRecord } from './support/sqs-event.js';
 
 const CONSUMER = 'order-consumer-e2e';
 

@@ -20,7 +20,7 @@ export class TransactionTimeoutError extends OutboxError {
 //   transaction, so the pooled connection (or RDS Proxy's shared one) keeps
 //   its own setting and the proxy does not pin the session.
 // - It never raises the timeout: the session's statement_timeout (30 s from
-//   functions/shared/database.ts) stays in force when the time left is
+//   lib/db/connection-config.ts) stays in force when the time left is
 //   longer. current_setting() gives it with a unit ('30s', '0'), which casts
 //   to an interval; 0 means no timeout.
 // - It returns the timeout it applied, so the caller knows when to lower it.

@@ -13,7 +13,7 @@
  */
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { toSqsEvent } from '../../lib/consumer/sqs-event.js';
+import { toSqsEvent } from './sqs-event.js';
 
 export interface TestQueue {
   url: string;

@@ -1,6 +1,8 @@
+// Test support: turns received SQS messages into the records Lambda's event
+// source mapping delivers, so a handler can be tested alone.
 import type { Message, MessageAttributeValue } from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSMessageAttribute, SQSRecord, SQSRecordAttributes } from 'aws-lambda';
-import { ValidationError } from '../errors.js';
+import { ValidationError } from '../../lib/errors.js';
 
 /** The system attributes every Lambda SQS record carries. */
 const REQUIRED_ATTRIBUTES = [
