@@ -67,7 +67,10 @@ const opts = new Command()
     integer(1, 3600),
   )
   .option('--no-faults', 'sanity run: the same traffic without faults')
-  .option('--broken-relay', 'relay 1 reports events published without sending them: the run must fail')
+  .option(
+    '--broken-relay',
+    'a single relay that reports events published without sending them: the run must fail',
+  )
   .option(
     '--out <file>',
     'where to write the results (default bench/chaos.json; --short: .local/chaos-short.json)',

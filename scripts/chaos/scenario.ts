@@ -168,7 +168,9 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
   const proxy = await TargetProxy.start(ctx.awsEndpoint);
   const logDir = path.join(ctx.logDir, settings.mode);
   const fleet = new RelayFleet({
-    count: RELAY_SETTINGS.relays,
+    // The broken relay runs alone: beside healthy ones, adaptive polling may
+    // let one of them take every batch, and the proof would prove nothing.
+    count: settings.brokenRelay ? 1 : RELAY_SETTINGS.relays,
     brokenRelay: settings.brokenRelay,
     logDir,
     say,
@@ -220,7 +222,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
   try {
     await fleet.start();
     say(
-      `${settings.mode}: ${settings.events} events over ${seconds(settings.produceMs)} s, ${RELAY_SETTINGS.relays} relays${fifo ? ' (ordering: aggregate, FIFO queue)' : ''}${settings.faults ? ', faults on' : ', no faults'}${settings.brokenRelay ? `, relay-${settings.brokenRelay} broken` : ''}; logs in ${logDir}`,
+      `${settings.mode}: ${settings.events} events over ${seconds(settings.produceMs)} s, ${settings.brokenRelay ? 1 : RELAY_SETTINGS.relays} relays${fifo ? ' (ordering: aggregate, FIFO queue)' : ''}${settings.faults ? ', faults on' : ', no faults'}${settings.brokenRelay ? `, relay-${settings.brokenRelay} broken` : ''}; logs in ${logDir}`,
     );
     const started = Date.now();
     const faultsDone = new AbortController();
