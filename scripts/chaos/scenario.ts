@@ -222,7 +222,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
   try {
     await fleet.start();
     say(
-      `${settings.mode}: ${settings.events} events over ${seconds(settings.produceMs)} s, ${settings.brokenRelay ? 1 : RELAY_SETTINGS.relays} relays${fifo ? ' (ordering: aggregate, FIFO queue)' : ''}${settings.faults ? ', faults on' : ', no faults'}${settings.brokenRelay ? `, relay-${settings.brokenRelay} broken` : ''}; logs in ${logDir}`,
+      `${settings.mode}: ${settings.events} events over ${seconds(settings.produceMs)} s, ${settings.brokenRelay ? '1 relay' : `${RELAY_SETTINGS.relays} relays`}${fifo ? ' (ordering: aggregate, FIFO queue)' : ''}${settings.faults ? ', faults on' : ', no faults'}${settings.brokenRelay ? `, relay-${settings.brokenRelay} broken` : ''}; logs in ${logDir}`,
     );
     const started = Date.now();
     const faultsDone = new AbortController();
