@@ -68,7 +68,7 @@ describe('relay → SQS and EventBridge', () => {
     const [orderId] = await insertEvents(db.pool, 1, () => ({
       aggregateId: 'o-1',
       payload: { total: 42 },
-      headers: { traceparent: '00-trace-span-01' },
+      headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
     }));
     const paymentIds = await insertEvents(db.pool, 3, (i) => ({
       aggregateType: 'payment',
@@ -88,7 +88,7 @@ describe('relay → SQS and EventBridge', () => {
       aggregateId: 'o-1',
       occurredAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       payload: { total: 42 },
-      headers: { traceparent: '00-trace-span-01' },
+      headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
     });
     expect(sqsMessage?.MessageAttributes?.eventId?.StringValue).toBe(orderId);
     expect(sqsMessage?.MessageAttributes?.eventType?.StringValue).toBe('order.created');

@@ -4,12 +4,14 @@ import { TransactionTimeoutError } from '../db/guarded-client.js';
 import { withTransaction } from '../db/transaction.js';
 import { OutboxError, ValidationError } from '../errors.js';
 import type { Envelope } from '../publish/envelope.js';
+import { loadOpenTelemetry, withConsumerSpan } from '../trace/opentelemetry.js';
 import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
 import type { EventHandler, HandlerContext } from './handlers.js';
 import { markProcessed } from './mark-processed.js';
 import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
+import { recordTrace } from './record-trace.js';
 
 export interface HandleOptions {
   /**
@@ -166,6 +168,7 @@ class SqsConsumer implements Consumer {
       };
     }
 
+    const trace = recordTrace(record, envelope);
     const context: HandlerContext = {
       consumer: name,
       messageId,
@@ -176,16 +179,33 @@ class SqsConsumer implements Consumer {
       remainingMs: () =>
         deadline === undefined ? Number.POSITIVE_INFINITY : Math.max(0, deadline - Date.now()),
     };
+    if (trace) context.trace = trace;
     const run = handler;
     try {
-      const status = await withTransaction(
-        pool,
-        async (tx) => {
-          if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
-          await run(envelope, tx, context);
-          return 'processed' as const;
+      // With OpenTelemetry installed, the record runs in a CONSUMER span
+      // linked to the producer's context; without it, just runs.
+      const status = await withConsumerSpan(
+        await loadOpenTelemetry(),
+        `process ${envelope.type}`,
+        trace,
+        {
+          'messaging.system': 'aws_sqs',
+          'messaging.operation.type': 'process',
+          'messaging.message.id': messageId,
+          'messaging.consumer.group.name': name,
+          'outbox.event.id': envelope.id,
+          'outbox.event.type': envelope.type,
         },
-        { logger, deadline },
+        () =>
+          withTransaction(
+            pool,
+            async (tx) => {
+              if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
+              await run(envelope, tx, context);
+              return 'processed' as const;
+            },
+            { logger, deadline },
+          ),
       );
       if (status === 'duplicate') logger.info('duplicate event skipped: already processed', fields);
       else logger.debug('event processed', fields);

@@ -3,6 +3,7 @@ import type { ClientBase } from 'pg';
 import type { OutboxLogger } from '../observer.js';
 import type { Envelope } from '../publish/envelope.js';
 import type { MessageSource } from './message-body.js';
+import type { RecordTrace } from './record-trace.js';
 
 /** What a handler learns about the delivery besides the event itself. */
 export interface HandlerContext {
@@ -24,6 +25,12 @@ export interface HandlerContext {
    * own calls by it too, e.g. `AbortSignal.timeout(context.remainingMs())`.
    */
   remainingMs: () => number;
+  /**
+   * The producer's W3C trace context, when the event carries one: from the
+   * `traceparent` message attribute, else the envelope's headers, else SQS's
+   * `AWSTraceHeader` (X-Ray, converted). See docs/consumer.md, "Trace context".
+   */
+  trace?: RecordTrace;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { ClientBase } from 'pg';
 import { ValidationError } from '../errors.js';
+import { activeTraceHeaders, loadOpenTelemetry } from '../trace/opentelemetry.js';
 import type { NewOutboxEvent } from './types.js';
 import { type ValidateOptions, type ValidEvent, validateEvent } from './validate-event.js';
 
@@ -78,6 +79,11 @@ function aggregateKeys(events: readonly ValidEvent[]): [string[], string[]] {
  * Every event is validated first; on a {@link ValidationError} nothing is
  * written. Returns the event ids in input order.
  *
+ * Trace context: an event's `trace` option or `headers.traceparent` (and
+ * `tracestate`) is validated and stored in its headers; an event with
+ * neither gets the active OpenTelemetry span's, when `@opentelemetry/api` is
+ * installed and a span is active (docs/consumer.md, "Trace context").
+ *
  * Unless `lockAggregates: false`, the aggregates of the events are locked
  * first (until the transaction ends), so two transactions writing one
  * aggregate commit their events in seq order: see {@link EnqueueOptions}.
@@ -101,7 +107,17 @@ export async function enqueueEvents(
   if (!Array.isArray(events)) {
     throw new ValidationError('events', 'must be an array');
   }
-  const valid: ValidEvent[] = events.map((event, i) => validateEvent(event, options, `events[${i}]`));
+  // The active span's context, for events written without trace context
+  // (one span for the whole call). Only looked up when one needs it.
+  const untraced = events.some(
+    (e) =>
+      e?.trace === undefined &&
+      (typeof e?.headers !== 'object' || !Object.hasOwn(e.headers ?? {}, 'traceparent')),
+  );
+  const ambient = untraced ? activeTraceHeaders(await loadOpenTelemetry()) : undefined;
+  const valid: ValidEvent[] = events.map((event, i) =>
+    validateEvent(event, options, `events[${i}]`, ambient),
+  );
   const seen = new Set<string>();
   valid.forEach((event, i) => {
     if (seen.has(event.id)) throw new ValidationError(`events[${i}].id`, 'is repeated in this call');

@@ -10,6 +10,14 @@ export interface NewOutboxEvent<P = unknown> {
   payload: P;
   /** String headers forwarded to the broker (trace context, correlation ids). */
   headers?: Record<string, string>;
+  /**
+   * W3C trace context of the operation that produced the event, stored as the
+   * `traceparent`/`tracestate` headers (the same as passing them in
+   * `headers`). Validated; without it (and without `headers.traceparent`) the
+   * active OpenTelemetry span's context is taken, if `@opentelemetry/api` is
+   * installed. See docs/consumer.md, "Trace context".
+   */
+  trace?: { traceparent: string; tracestate?: string };
   /** Event id (UUID); generated when absent. Consumers deduplicate on it. */
   id?: string;
 }

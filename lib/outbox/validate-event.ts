@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { ValidationError } from '../errors.js';
 import { eventBridgeMessage, sqsMessage } from '../publish/messages.js';
+import type { TraceHeaders } from '../trace/opentelemetry.js';
+import { TRACEPARENT, TRACESTATE, traceparentProblem, tracestateProblem } from '../trace/trace-context.js';
 import {
   BROKER_MESSAGE_MAX_BYTES,
   INT64_BOUND,
@@ -302,7 +304,11 @@ function serializePayload(field: string, value: unknown): SerializedPayload {
   return { json, storedBytes: Buffer.byteLength(json, 'utf8') + extraStoredBytes, extraStoredBytes };
 }
 
-function checkHeaders(field: string, input: unknown): { value: Record<string, string>; json: string } {
+function checkHeaders(
+  field: string,
+  input: unknown,
+  traceHeaders: (headers: Readonly<Record<string, string>>) => Record<string, string>,
+): { value: Record<string, string>; json: string } {
   const headers = input ?? {};
   const proto = typeof headers === 'object' ? Object.getPrototypeOf(headers) : undefined;
   if (proto !== Object.prototype && proto !== null) {
@@ -322,11 +328,70 @@ function checkHeaders(field: string, input: unknown): { value: Record<string, st
     if (problem) throw new ValidationError(path, `has a name that ${problem}`);
     checkChars(path, value, NOT_IN_JSON_STRING);
   }
-  const json = JSON.stringify(record);
+  const added = traceHeaders(record as Record<string, string>);
+  // A copy when trace headers are added: the caller's object is not changed.
+  const value = Object.keys(added).length === 0 ? record : { ...record, ...added };
+  const json = JSON.stringify(value);
   if (Buffer.byteLength(json, 'utf8') > MAX_HEADERS_BYTES) {
     throw new ValidationError(field, `must be at most ${MAX_HEADERS_BYTES} bytes serialized`);
   }
-  return { value: record as Record<string, string>, json };
+  return { value: value as Record<string, string>, json };
+}
+
+/**
+ * The trace headers to add to an event's headers: none when `headers`
+ * already hold a `traceparent` (checked here), the event's `trace` option
+ * when given, else the `ambient` context (the active OpenTelemetry span's,
+ * found by the caller). A `tracestate` needs a `traceparent` beside it.
+ */
+function traceHeaders(
+  path: string,
+  trace: unknown,
+  headers: Readonly<Record<string, string>>,
+  ambient: TraceHeaders | undefined,
+): Record<string, string> {
+  const headerPath = (name: string) => formatPath(`${path}.headers`, [name]);
+  const check = (field: string, value: unknown, problem: (v: unknown) => string | undefined) => {
+    const found = problem(value);
+    if (found) throw new ValidationError(field, found);
+  };
+  const inHeaders = Object.hasOwn(headers, TRACEPARENT);
+  if (inHeaders) check(headerPath(TRACEPARENT), headers[TRACEPARENT], traceparentProblem);
+  if (Object.hasOwn(headers, TRACESTATE)) {
+    if (!inHeaders) throw new ValidationError(headerPath(TRACESTATE), 'needs a traceparent header beside it');
+    check(headerPath(TRACESTATE), headers[TRACESTATE], tracestateProblem);
+  }
+  if (trace !== undefined) {
+    if (trace === null || typeof trace !== 'object' || Array.isArray(trace)) {
+      throw new ValidationError(`${path}.trace`, 'must be an object { traceparent, tracestate? }');
+    }
+    const { traceparent, tracestate, ...rest } = trace as Record<string, unknown>;
+    const unknown = Object.keys(rest)[0];
+    if (unknown !== undefined) {
+      throw new ValidationError(
+        `${path}.trace.${unknown}`,
+        'is not a trace option (traceparent, tracestate)',
+      );
+    }
+    check(`${path}.trace.traceparent`, traceparent, traceparentProblem);
+    if (tracestate !== undefined) check(`${path}.trace.tracestate`, tracestate, tracestateProblem);
+    if (inHeaders) {
+      if (headers[TRACEPARENT] !== traceparent || headers[TRACESTATE] !== tracestate) {
+        throw new ValidationError(
+          `${path}.trace`,
+          'differs from the traceparent/tracestate given in headers',
+        );
+      }
+      return {};
+    }
+    return tracestate === undefined
+      ? { [TRACEPARENT]: traceparent as string }
+      : { [TRACEPARENT]: traceparent as string, [TRACESTATE]: tracestate as string };
+  }
+  if (inHeaders || !ambient) return {};
+  return ambient.tracestate === undefined
+    ? { [TRACEPARENT]: ambient.traceparent }
+    : { [TRACEPARENT]: ambient.traceparent, [TRACESTATE]: ambient.tracestate };
 }
 
 // Any instant prints as 24 characters (toISOString, years 0000-9999): the
@@ -386,11 +451,14 @@ function checkMessageSize(field: string, bytes: ValidEvent['messageBytes'], opti
 /**
  * Checks one event against the column and broker limits and serializes it.
  * Throws {@link ValidationError} naming the field; touches no database.
+ * `ambientTrace` (the active OpenTelemetry span's context, see enqueue.ts)
+ * is stored when the event brings no trace context of its own.
  */
 export function validateEvent(
   event: NewOutboxEvent,
   options: ValidateOptions = {},
   path = 'event',
+  ambientTrace?: TraceHeaders,
 ): ValidEvent {
   if (event === null || typeof event !== 'object') {
     throw new ValidationError(path, 'must be an object');
@@ -415,7 +483,9 @@ export function validateEvent(
       `is ${payload.storedBytes} bytes serialized, over the limit of ${options.maxPayloadBytes} bytes`,
     );
   }
-  const headers = checkHeaders(`${path}.headers`, event.headers);
+  const headers = checkHeaders(`${path}.headers`, event.headers, (given) =>
+    traceHeaders(path, event.trace, given, ambientTrace),
+  );
 
   const bytes = messageBytes(
     { id, aggregateType, aggregateId, eventType, payloadJson: payload.json, headers: headers.value },

@@ -3,6 +3,12 @@ import type { PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import type { MessageAttributeValue, SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import { PublishError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
+import {
+  parseTraceparent,
+  TRACEPARENT,
+  type TraceContext,
+  toXrayTraceHeader,
+} from '../trace/trace-context.js';
 
 /**
  * Turning one outbox row into the exact message a broker receives. Both
@@ -128,16 +134,41 @@ export interface SqsMessage {
   bytes: number;
 }
 
-/** The SQS message for an event; FIFO queues also get group and deduplication ids. */
+/**
+ * The event's trace context, from its `traceparent` header. Rows are checked
+ * when written, but one written otherwise (SQL, an older producer) may hold
+ * anything: an invalid value is not forwarded as trace context, and does not
+ * fail the event (it still travels in the envelope's headers).
+ */
+function traceOf(event: Pick<OutboxEvent, 'headers'>): TraceContext | undefined {
+  return parseTraceparent(checkedHeaders(event)[TRACEPARENT]);
+}
+
+/**
+ * The SQS message for an event; FIFO queues also get group and deduplication ids.
+ *
+ * Message attributes: `eventId`, `eventType`, `aggregateType`,
+ * `aggregateId`, and `traceparent` when the event has trace context (five at
+ * most; SQS allows ten). Headers travel in the body, not as attributes. An
+ * event with trace context also gets the `AWSTraceHeader` system attribute
+ * (X-Ray format), which SQS does not count towards the message size.
+ */
 export function sqsMessage(event: OutboxEvent, options: { fifo: boolean }): SqsMessage {
   const body = envelopeJson(event);
-  const attributes = {
+  const attributes: Record<string, MessageAttributeValue> = {
     eventId: attribute(event.id),
     eventType: attribute(event.eventType),
     aggregateType: attribute(event.aggregateType),
     aggregateId: attribute(event.aggregateId),
   };
+  const trace = traceOf(event);
+  if (trace) attributes[TRACEPARENT] = attribute(trace.traceparent);
   const entry: SqsMessage['entry'] = { MessageBody: body, MessageAttributes: attributes };
+  if (trace) {
+    entry.MessageSystemAttributes = {
+      AWSTraceHeader: { DataType: 'String', StringValue: toXrayTraceHeader(trace) },
+    };
+  }
   if (options.fifo) {
     entry.MessageGroupId = messageGroupId(event);
     entry.MessageDeduplicationId = event.id;
@@ -165,7 +196,11 @@ export function eventBridgeEntrySize(entry: PutEventsRequestEntry): number {
   );
 }
 
-/** The PutEvents entry for an event: `DetailType` = event type, `Detail` = the envelope. */
+/**
+ * The PutEvents entry for an event: `DetailType` = event type, `Detail` = the
+ * envelope. `TraceHeader` (X-Ray format; not counted in the entry's size) is
+ * the event's `traceparent` converted, else its `x-amzn-trace-id` header.
+ */
 export function eventBridgeMessage(
   event: OutboxEvent,
   options: { busName: string; source: string },
@@ -176,7 +211,10 @@ export function eventBridgeMessage(
     DetailType: event.eventType,
     Detail: envelopeJson(event),
   };
-  const traceHeader = event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id'];
+  const trace = traceOf(event);
+  const traceHeader = trace
+    ? toXrayTraceHeader(trace)
+    : (event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id']);
   if (traceHeader) entry.TraceHeader = traceHeader;
   return { entry, bytes: eventBridgeEntrySize(entry) };
 }
