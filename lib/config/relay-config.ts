@@ -34,13 +34,7 @@ export interface RelayConfig {
  *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
  */
 export function loadRelayConfig(env: Env = process.env): RelayConfig {
-  const routes = readVar(
-    env,
-    'OUTBOX_ROUTES',
-    jsonVar(routesSchema)
-      .optional()
-      .refine((v) => v !== undefined, 'required: a JSON array of routes'),
-  ) as RouteConfig[];
+  const routes = parseRoutes(env.OUTBOX_ROUTES, 'OUTBOX_ROUTES');
   const ordering = readVar(
     env,
     'OUTBOX_ORDERING',
@@ -93,3 +87,26 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
 }
 
 export { ConfigError };
+
+/**
+ * Validates routes in the `OUTBOX_ROUTES` format, given as JSON text or as
+ * the parsed value (routes built in code): a non-empty array of
+ * `{ match, targets }`, unknown keys refused, one destination never named
+ * with two different settings. Throws a {@link ConfigError} naming `name`
+ * and the first bad field.
+ *
+ * @example
+ * const routes = parseRoutes([
+ *   { match: 'order.*', targets: [{ type: 'sqs', queueUrl: process.env.ORDERS_QUEUE_URL }] },
+ * ]);
+ */
+export function parseRoutes(routes: unknown, name = 'routes'): RouteConfig[] {
+  const text = typeof routes === 'string' || routes === undefined ? routes : JSON.stringify(routes);
+  return readVar(
+    { [name]: text },
+    name,
+    jsonVar(routesSchema)
+      .optional()
+      .refine((v) => v !== undefined, 'required: a JSON array of routes'),
+  ) as RouteConfig[];
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadRelayConfig } from '../../lib/config/relay-config.js';
+import { loadRelayConfig, parseRoutes } from '../../lib/config/relay-config.js';
 import { ConfigError } from '../../lib/errors.js';
 
 const routes = JSON.stringify([{ match: 'order.*', targets: [{ type: 'eventbridge', busName: 'bus' }] }]);
@@ -89,5 +89,21 @@ describe('loadRelayConfig', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as ConfigError).variable).toBe(variable);
     expect((error as ConfigError).message).toMatch(message);
+  });
+});
+
+describe('parseRoutes', () => {
+  it('accepts routes built in code or given as JSON text', () => {
+    const parsed = parseRoutes(JSON.parse(routes));
+    expect(parsed).toEqual(JSON.parse(routes));
+    expect(parseRoutes(routes)).toEqual(parsed);
+  });
+
+  it('names the option and the bad field', () => {
+    const bad = [{ match: 'order.*', targets: [{ type: 'sqs', queueUrl: 'not a url' }] }];
+    expect(() => parseRoutes(bad)).toThrow(ConfigError);
+    expect(() => parseRoutes(bad)).toThrow(/^routes: 0\.targets\.0\.queueUrl/);
+    expect(() => parseRoutes([], 'ORDERS_ROUTES')).toThrow(/^ORDERS_ROUTES: /);
+    expect(() => parseRoutes(undefined)).toThrow(/required: a JSON array of routes/);
   });
 });

@@ -1,0 +1,14 @@
+/**
+ * `pg-lambda-outbox/consumer`: handle outbox events delivered by SQS (straight
+ * from the relay or through an EventBridge rule), each at most once per
+ * consumer name, in one transaction with the handler's own writes.
+ */
+
+export type { Envelope } from '../publish/envelope.js';
+export { type Consumer, createConsumer, type HandleOptions } from './consumer.js';
+export { MalformedMessageError } from './errors.js';
+export { defineHandlers, type EventHandler, type HandlerContext, type HandlerMap } from './handlers.js';
+export type { MessageSource } from './message-body.js';
+export type { ConsumerOptions } from './options.js';
+export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';
+export type { RecordTrace } from './record-trace.js';

@@ -1,0 +1,27 @@
+/**
+ * `pg-lambda-outbox/operations`: what operators run against the outbox:
+ * redrive or discard dead letters, list them, read the outbox's status, and
+ * delete rows past their retention.
+ */
+
+export { type DeadLetter, type DeadLetterPage, listDeadLetters } from '../sql/list-dead-letters.js';
+export { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
+export {
+  type CleanupDeps,
+  type CleanupOptions,
+  type CleanupReport,
+  type CleanupRunOptions,
+  type CleanupTableReport,
+  resolveCleanupOptions,
+  runCleanup,
+} from './cleanup.js';
+export { loadCleanupConfig } from './cleanup-config.js';
+export {
+  parseRedriveInput,
+  type RedriveInput,
+  type RedriveRequest,
+  type RedriveResult,
+  redrive,
+  redriveDeadLetters,
+} from './redrive.js';
+export { DEFAULT_REDRIVE_LIMIT, MAX_REDRIVE_LIMIT } from './redrive-input.js';
