@@ -3,9 +3,8 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { databaseConfig } from '../lib/db/connection-config.js';
-import { type CleanupReport, runCleanup } from '../lib/operations/cleanup.js';
-import { loadCleanupConfig } from '../lib/operations/cleanup-config.js';
+import { databaseConfig } from 'pg-lambda-outbox/lambda';
+import { type CleanupReport, loadCleanupConfig, runCleanup } from 'pg-lambda-outbox/operations';
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name).

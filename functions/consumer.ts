@@ -4,10 +4,10 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
+import { type Consumer, createConsumer } from 'pg-lambda-outbox/consumer';
+import { databaseConfig, readVar } from 'pg-lambda-outbox/lambda';
 import { z } from 'zod';
-import { readVar } from '../lib/config/env.js';
-import { type Consumer, createConsumer } from '../lib/consumer/consumer.js';
-import { databaseConfig } from '../lib/db/connection-config.js';
+// The reference stack's application code: your own handlers go here.
 import { orderNotificationHandlers } from '../lib/example/order-notifications.js';
 import { observability } from './shared/observability.js';
 

@@ -4,9 +4,9 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { databaseConfig } from '../lib/db/connection-config.js';
-import { ValidationError } from '../lib/errors.js';
-import { parseRedriveInput, type RedriveResult, redrive } from '../lib/operations/redrive.js';
+import { ValidationError } from 'pg-lambda-outbox';
+import { databaseConfig } from 'pg-lambda-outbox/lambda';
+import { parseRedriveInput, type RedriveResult, redrive } from 'pg-lambda-outbox/operations';
 import { observability } from './shared/observability.js';
 
 const { logger, metrics } = observability('outbox-redrive');

@@ -5,12 +5,16 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { loadRelayConfig } from '../lib/config/relay-config.js';
-import { databaseConfig } from '../lib/db/connection-config.js';
-import { createAwsPublisher } from '../lib/publish/router.js';
-import type { Publisher } from '../lib/publish/types.js';
-import { listenSignal, sleepSignal } from '../lib/relay/notifier.js';
-import { Relay, type RelaySummary } from '../lib/relay/relay.js';
+import { databaseConfig } from 'pg-lambda-outbox/lambda';
+import {
+  createAwsPublisher,
+  listenSignal,
+  loadRelayConfig,
+  type Publisher,
+  Relay,
+  type RelaySummary,
+  sleepSignal,
+} from 'pg-lambda-outbox/relay';
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name)

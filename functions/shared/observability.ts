@@ -1,6 +1,6 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type { OutboxMetrics } from '../../lib/observer.js';
+import type { OutboxMetrics } from 'pg-lambda-outbox';
 
 /** Powertools Logger and Metrics for one function; namespace from POWERTOOLS_METRICS_NAMESPACE. */
 export function observability(serviceName: string) {

@@ -97,7 +97,9 @@ export class RelayFleet {
 
   private spawn(slot: Slot): Promise<void> {
     const log = fs.openSync(this.logFile(slot), 'a');
-    const child = spawn(process.execPath, ['--import', 'tsx', ENTRY], {
+    // The relay handler imports the library as `pg-lambda-outbox/...`: the
+    // condition resolves that to the TypeScript sources (package.json "exports").
+    const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=outbox-source', ENTRY], {
       stdio: ['ignore', log, 'pipe', 'ipc'],
       env: {
         ...process.env,
