@@ -2,7 +2,7 @@ import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { OutboxEvent } from '../lib/outbox/types.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
-import type { Publisher, PublishOutcome } from '../lib/publish/types.js';
+import type { PublishContext, Publisher, PublishOutcome } from '../lib/publish/types.js';
 import { Relay } from '../lib/relay/relay.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
@@ -101,14 +101,19 @@ describe('several relays at once', () => {
     let othersDuringFailure = 0;
     let failing = false;
     const faulty: Publisher = {
-      async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
+      async publish(events: readonly OutboxEvent[], context?: PublishContext): Promise<PublishOutcome[]> {
         const k = (e: OutboxEvent) => (e.payload as { k: number }).k;
         const poisoned = events.filter(
           (e) => e.aggregateId === 'agg-7' && k(e) === 2 && (e.attempts <= 3 || othersDuringFailure < 10),
         );
-        const healthy = events.filter((e) => !poisoned.includes(e));
-        const outcomes = await real.publish(healthy);
+        // A failing event stops its aggregate, as a real transport does: the
+        // events of agg-7 behind it in the same batch are not sent either.
+        const behind = events.filter((e) => poisoned.length > 0 && e.aggregateId === 'agg-7' && k(e) > 2);
+        const healthy = events.filter((e) => !poisoned.includes(e) && !behind.includes(e));
+        const outcomes = await real.publish(healthy, context);
+        const ok = new Set(outcomes.filter((o) => o.ok).map((o) => o.eventId));
         for (const e of healthy) {
+          if (!ok.has(e.id)) continue;
           published.push({ aggregateId: e.aggregateId, k: k(e) });
           if (failing && e.aggregateId !== 'agg-7') othersDuringFailure++;
         }
@@ -126,6 +131,15 @@ describe('several relays at once', () => {
             retryable: true,
             environment: false,
             error: 'injected failure',
+            delivered: [],
+          })),
+          ...behind.map((e) => ({
+            eventId: e.id,
+            ok: false as const,
+            retryable: true,
+            environment: true,
+            heldBack: true,
+            error: 'not sent: an earlier event of agg-7 failed',
             delivered: [],
           })),
         ];

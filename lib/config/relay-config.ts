@@ -25,7 +25,8 @@ export interface RelayConfig {
  * - `OUTBOX_ROUTES` (required): JSON array of `{ match, targets }`, e.g.
  *   `[{"match":"order.*","targets":[{"type":"sqs","queueUrl":"https://..."}]}]`
  * - `OUTBOX_EVENT_SOURCE` (default `outbox`), `OUTBOX_ORDERING` (`none` | `aggregate`),
- *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate)
+ *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate),
+ *   `OUTBOX_MAX_PER_AGGREGATE` (ordered mode: events of one aggregate per claim, default 10)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
@@ -56,6 +57,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       'OUTBOX_DEAD_LETTER_POLICY',
       z.enum(['block', 'skip'], { error: 'expected "block" or "skip"' }).optional(),
     ),
+    maxPerAggregate: readVar(env, 'OUTBOX_MAX_PER_AGGREGATE', intVar(1, 5000)),
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
     idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),

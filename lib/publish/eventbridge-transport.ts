@@ -6,7 +6,14 @@ import {
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
-import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batching.js';
+import {
+  buildFailure,
+  chunkBySize,
+  guardedCall,
+  holdBehindFailures,
+  sendBatchOrSplit,
+  sendOrdered,
+} from './batching.js';
 import { eventBridgeMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
@@ -69,6 +76,15 @@ export class EventBridgeTransport implements Transport {
         sendable.push({ event, ...message });
       }
     }
+    if (context.ordered) {
+      // PutEvents promises no order among a call's entries, so one event per
+      // aggregate per call: an aggregate's next event is put only once the
+      // previous one was accepted (what ordered mode meant here before runs).
+      const plan = { perCall: 1, maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: this.maxBytes };
+      const items = holdBehindFailures(events, sendable, results);
+      await sendOrdered(items, plan, 'EventBridge', results, this.callFor(results, context), context);
+      return results;
+    }
     const batches = chunkBySize(sendable, (p) => p.bytes, EVENTBRIDGE_MAX_BATCH_ENTRIES, this.maxBytes);
     await Promise.all(batches.map((batch) => this.sendBatch(batch, results, context)));
     return results;
@@ -79,8 +95,13 @@ export class EventBridgeTransport implements Transport {
     results: Map<string, TargetResult>,
     context: SendContext,
   ): Promise<void> {
+    return sendBatchOrSplit(batch, 'EventBridge', results, this.callFor(results, context), context);
+  }
+
+  /** One PutEvents call, its per-entry results written into `results`. */
+  private callFor(results: Map<string, TargetResult>, context: SendContext) {
     const schedule = this.options.schedule ?? ((call) => call());
-    const call = async (batch: Prepared[]) => {
+    return async (batch: Prepared[]) => {
       const response = await schedule(() =>
         guardedCall(context, (abortSignal) => {
           this.options.onCall?.();
@@ -116,6 +137,5 @@ export class EventBridgeTransport implements Transport {
         });
       });
     };
-    return sendBatchOrSplit(batch, 'EventBridge', results, call, context);
   }
 }

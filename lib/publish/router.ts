@@ -3,6 +3,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import pLimit from 'p-limit';
 import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
+import { aggregateKey, heldBack } from './batching.js';
 import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
 import { type RouteConfig, RouteTable, type TargetConfig, targetConflicts, targetKey } from './routes.js';
@@ -58,10 +59,15 @@ export class RoutingPublisher implements Publisher {
   async publish(events: readonly OutboxEvent[], context: PublishContext = {}): Promise<PublishOutcome[]> {
     const byTarget = new Map<string, OutboxEvent[]>();
     const unrouted = new Set<string>();
+    // Ordered mode: an aggregate stops at its first event with no route.
+    const stopped = new Map<string, string>();
     for (const event of events) {
+      const stoppedBy = context.ordered ? stopped.get(aggregateKey(event)) : undefined;
+      if (stoppedBy !== undefined) continue;
       const keys = this.routes.resolve(event.eventType);
       if (!keys) {
         unrouted.add(event.id);
+        if (context.ordered) stopped.set(aggregateKey(event), event.id);
         continue;
       }
       for (const key of keys) {
@@ -87,6 +93,14 @@ export class RoutingPublisher implements Publisher {
           environment: false,
           code: 'NoRoute',
           error: `no route for event type "${event.eventType}"`,
+          delivered: event.deliveredTargets,
+        };
+      }
+      const stoppedBy = stopped.get(aggregateKey(event));
+      if (stoppedBy !== undefined && stoppedBy !== event.id) {
+        return {
+          eventId: event.id,
+          ...heldBack(`not sent: event ${stoppedBy} of the same aggregate, before it, has no route`),
           delivered: event.deliveredTargets,
         };
       }
@@ -140,7 +154,21 @@ export class RoutingPublisher implements Publisher {
     if (gate?.probeDue && list.length > 1) {
       const [probe, ...rest] = list as [OutboxEvent, ...OutboxEvent[]];
       const results = await send([probe]);
-      for (const [id, result] of await send(rest)) results.set(id, result);
+      let others = rest;
+      if (context.ordered && results.get(probe.id)?.ok !== true) {
+        // The probe's aggregate stops at the probe.
+        const key = aggregateKey(probe);
+        others = rest.filter((e) => aggregateKey(e) !== key);
+        for (const e of rest) {
+          if (aggregateKey(e) === key) {
+            results.set(
+              e.id,
+              heldBack(`not sent: event ${probe.id} of the same aggregate, before it, was not delivered`),
+            );
+          }
+        }
+      }
+      if (others.length > 0) for (const [id, result] of await send(others)) results.set(id, result);
       return results;
     }
     return send(list);
@@ -160,6 +188,7 @@ function combine(failures: Array<FailureInfo & { key: string }>): FailureInfo {
   return {
     retryable: !permanent,
     environment,
+    heldBack: failures.every((f) => f.heldBack) || undefined,
     waitingFor: environment ? failures.map((f) => f.key) : undefined,
     code: first.code,
     error: failures.length === 1 ? first.error : failures.map((f) => `${f.key}: ${f.error}`).join('; '),

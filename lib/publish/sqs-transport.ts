@@ -6,7 +6,14 @@ import {
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
-import { buildFailure, chunkBySize, guardedCall, sendBatchOrSplit } from './batching.js';
+import {
+  buildFailure,
+  chunkBySize,
+  guardedCall,
+  holdBehindFailures,
+  sendBatchOrSplit,
+  sendOrdered,
+} from './batching.js';
 import { sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
@@ -22,6 +29,23 @@ export interface SqsTransportOptions {
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   /** Counts API calls (benchmarks report calls per 1,000 events). */
   onCall?: (() => void) | undefined;
+}
+
+/**
+ * Characters SQS accepts in a message body and attribute values (`#x9 | #xA |
+ * #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF`). A message
+ * with any other is refused per entry (InvalidMessageContents): checked here
+ * first, so that such an event fails before the call, alone, and never in the
+ * middle of an aggregate's run inside a FIFO batch.
+ */
+const INVALID_SQS_CHARACTER = /[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/u;
+
+function invalidCharacterIn(entry: Omit<SendMessageBatchRequestEntry, 'Id'>): string | undefined {
+  if (INVALID_SQS_CHARACTER.test(entry.MessageBody ?? '')) return 'the message body';
+  for (const [name, value] of Object.entries(entry.MessageAttributes ?? {})) {
+    if (INVALID_SQS_CHARACTER.test(value.StringValue ?? '')) return `the message attribute ${name}`;
+  }
+  return undefined;
 }
 
 interface Prepared {
@@ -57,6 +81,7 @@ export class SqsTransport implements Transport {
         results.set(event.id, buildFailure(error));
         return;
       }
+      const invalid = invalidCharacterIn(message.entry);
       if (message.bytes > this.maxBytes) {
         results.set(event.id, {
           ok: false,
@@ -65,10 +90,31 @@ export class SqsTransport implements Transport {
           code: 'MessageTooLarge',
           error: `message is ${message.bytes} bytes, over the queue's limit of ${this.maxBytes} bytes`,
         });
+      } else if (invalid) {
+        results.set(event.id, {
+          ok: false,
+          retryable: false,
+          environment: false,
+          code: 'InvalidMessageContents',
+          error: `${invalid} holds a character SQS does not accept`,
+        });
       } else {
         sendable.push({ event, entry: { ...message.entry, Id: `e${i}` }, bytes: message.bytes });
       }
     });
+    if (context.ordered) {
+      // A FIFO queue enqueues one call's messages of a group in the order
+      // listed, so an aggregate's run shares a call; a standard queue keeps
+      // no order, so one event per aggregate per call.
+      const plan = {
+        perCall: this.fifo ? SQS_MAX_BATCH_ENTRIES : 1,
+        maxEntries: SQS_MAX_BATCH_ENTRIES,
+        maxBytes: this.maxBytes,
+      };
+      const items = holdBehindFailures(events, sendable, results);
+      await sendOrdered(items, plan, 'SQS', results, this.callFor(results, context), context);
+      return results;
+    }
     const batches = chunkBySize(sendable, (p) => p.bytes, SQS_MAX_BATCH_ENTRIES, this.maxBytes);
     await Promise.all(batches.map((batch) => this.sendBatch(batch, results, context)));
     return results;
@@ -79,8 +125,13 @@ export class SqsTransport implements Transport {
     results: Map<string, TargetResult>,
     context: SendContext,
   ): Promise<void> {
+    return sendBatchOrSplit(batch, 'SQS', results, this.callFor(results, context), context);
+  }
+
+  /** One SendMessageBatch call, its per-entry results written into `results`. */
+  private callFor(results: Map<string, TargetResult>, context: SendContext) {
     const schedule = this.options.schedule ?? ((call) => call());
-    const call = async (batch: Prepared[]) => {
+    return async (batch: Prepared[]) => {
       const response = await schedule(() =>
         guardedCall(context, (abortSignal) => {
           this.options.onCall?.();
@@ -123,6 +174,5 @@ export class SqsTransport implements Transport {
         }
       }
     };
-    return sendBatchOrSplit(batch, 'SQS', results, call, context);
   }
 }

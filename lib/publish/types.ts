@@ -16,6 +16,12 @@ export interface FailureInfo {
   retryAfterMs?: number | undefined;
   /** Environment failures: the targets the event waits for (released when one recovers). */
   waitingFor?: string[] | undefined;
+  /**
+   * Ordered mode: not sent (or not counted as sent) because an earlier event
+   * of its aggregate was not delivered; it goes again right after that one.
+   * Not the event's fault: no attempt is spent and it does not back off.
+   */
+  heldBack?: boolean | undefined;
 }
 
 /** What happened to one event at one target. */
@@ -39,6 +45,14 @@ export interface PublishContext {
    * `DeadlineExceeded` (an environment failure).
    */
   signal?: AbortSignal | undefined;
+  /**
+   * Per-aggregate order (`OUTBOX_ORDERING=aggregate`): the events are in seq
+   * order, and a transport must never let a later event of an aggregate reach
+   * its target before an earlier one of the same publish was accepted. After
+   * the first event of an aggregate that is not delivered, the aggregate's
+   * later events are reported `heldBack` (see docs/ordering.md).
+   */
+  ordered?: boolean | undefined;
 }
 
 /**

@@ -20,6 +20,12 @@ export interface RelayOptions {
    * out of order).
    */
   deadLetterPolicy?: 'block' | 'skip';
+  /**
+   * Ordered mode: most events of one aggregate per claim: its head and the
+   * unfinished events right behind it, published in order (an SQS FIFO queue
+   * gets up to 10 of them per call). 1 claims the head alone. Default 10.
+   */
+  maxPerAggregate?: number;
   /** Stop claiming when less than this much invocation time is left. Default 10 s. */
   safetyMarginMs?: number;
   /**
@@ -49,6 +55,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   backoff: { baseMs: 1_000, factor: 2, maxMs: 300_000 },
   ordering: 'none',
   deadLetterPolicy: 'block',
+  maxPerAggregate: 10,
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
   idleWaitMinMs: 10,

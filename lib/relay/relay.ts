@@ -34,6 +34,12 @@ export interface BatchReport {
   retried: number;
   /** Of the retried: failures of the environment (outage, throttling, deadline), no attempt spent. */
   held: number;
+  /**
+   * Ordered mode: claimed but not sent (or not counted as sent) because an
+   * earlier event of the aggregate was not delivered; claimed again with it,
+   * no attempt spent. Not counted in `retried`.
+   */
+  heldBack: number;
   deadLettered: number;
   /** Outcomes not recorded because the lease had expired and another relay took the rows. */
   leaseLost: number;
@@ -66,6 +72,7 @@ function emptyReport(): BatchReport {
     published: 0,
     retried: 0,
     held: 0,
+    heldBack: 0,
     deadLettered: 0,
     leaseLost: 0,
     durationMs: 0,
@@ -127,6 +134,7 @@ export class Relay {
       maxAttempts: this.options.maxAttempts,
       ordered: this.options.ordering === 'aggregate',
       deadLetterPolicy: this.options.deadLetterPolicy,
+      perAggregate: this.options.maxPerAggregate,
     });
     for (const dead of claim.exhausted) {
       report.deadLettered++;
@@ -193,7 +201,10 @@ export class Relay {
     let outcomes: PublishOutcome[];
     try {
       const result = await Promise.race([
-        this.deps.publisher.publish(events, { signal: controller.signal }),
+        this.deps.publisher.publish(events, {
+          signal: controller.signal,
+          ordered: this.options.ordering === 'aggregate',
+        }),
         deadline,
       ]);
       if (result === 'deadline') {
@@ -233,8 +244,14 @@ export class Relay {
     outcomes: Map<string, PublishOutcome>,
     report: BatchReport,
   ): Completion[] {
+    // Ordered mode: an event is never recorded published while an earlier one
+    // of its aggregate in this batch is not (the transports already hold such
+    // events back; this also covers any publisher that does not).
+    const stopped = new Map<string, string>();
+    const ordered = this.options.ordering === 'aggregate';
     return events.map((event): Completion => {
-      const outcome: PublishOutcome = outcomes.get(event.id) ?? {
+      const key = `${event.aggregateType}\u0000${event.aggregateId}`;
+      let outcome: PublishOutcome = outcomes.get(event.id) ?? {
         eventId: event.id,
         ok: false,
         retryable: true,
@@ -242,11 +259,24 @@ export class Relay {
         error: 'publisher returned no outcome for this event',
         delivered: event.deliveredTargets,
       };
+      const stoppedBy = ordered ? stopped.get(key) : undefined;
+      if (stoppedBy !== undefined && outcome.ok) {
+        outcome = {
+          eventId: event.id,
+          ok: false,
+          retryable: true,
+          environment: true,
+          heldBack: true,
+          code: 'HeldBack',
+          error: `event ${stoppedBy} of the same aggregate, before it, was not delivered; recorded after that one`,
+          delivered: outcome.delivered,
+        };
+      }
+      if (ordered && !outcome.ok && stoppedBy === undefined) stopped.set(key, event.id);
       if (outcome.ok) {
         report.published++;
         return { id: event.id, status: 'published', delivered: outcome.delivered };
       }
-      bump(report.failedByType, event.eventType);
       const fields = {
         event_id: event.id,
         event_type: event.eventType,
@@ -255,6 +285,27 @@ export class Relay {
         error: outcome.error,
         code: outcome.code,
       };
+      if (outcome.heldBack) {
+        report.heldBack++;
+        if (outcome.code === 'AcceptedAfterFailure') {
+          this.logger.error(
+            'the target accepted an event after an earlier one of its aggregate failed in the same call; consumers may see them out of order',
+            fields,
+          );
+        } else {
+          this.logger.debug('held back behind an earlier event of its aggregate', fields);
+        }
+        // No attempt spent, no backoff: it goes as soon as the earlier one did.
+        return {
+          id: event.id,
+          status: 'retry',
+          error: outcome.error,
+          delayMs: 0,
+          delivered: outcome.delivered,
+          refund: true,
+        };
+      }
+      bump(report.failedByType, event.eventType);
       const verdict = this.verdict(event, outcome);
       if (verdict.dead !== undefined) {
         report.deadLettered++;
@@ -402,6 +453,7 @@ export class Relay {
             'published',
             'retried',
             'held',
+            'heldBack',
             'deadLettered',
             'leaseLost',
           ] as const) {

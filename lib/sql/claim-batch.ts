@@ -21,6 +21,12 @@ export interface ClaimParams {
    * events pass it.
    */
   deadLetterPolicy?: 'block' | 'skip';
+  /**
+   * Ordered mode only: most events of one aggregate per claim, its head and
+   * the unfinished events right behind it (a run), in seq order. Default 1
+   * (the head alone).
+   */
+  perAggregate?: number;
 }
 
 export interface ClaimResult {
@@ -41,11 +47,13 @@ export interface ClaimResult {
 //   still unfinished lost its last lease without an outcome (it keeps killing
 //   the relay): it becomes a dead letter here instead of looping forever.
 //
-// Ordered mode claims only the head of each aggregate (its earliest
-// unfinished event). Whether an earlier event is unfinished only changes when
-// its outcome commits, so two relays can never hold two events of one
-// aggregate. Its cost must depend neither on table statistics nor on how many
-// rows wait behind a blocked aggregate:
+// Ordered mode claims, for each aggregate whose head (earliest unfinished
+// event) is claimable, the head and up to `perAggregate` - 1 unfinished events
+// right behind it (its run), all in one lease. An aggregate is claimed only
+// from its head, and only as a whole prefix of its run, so two relays can
+// never hold events of one aggregate at once (see `picked`). Its cost must
+// depend neither on table statistics nor on how many rows wait behind a
+// blocked aggregate:
 // - `walk` / `walk_heads`, the common case: the first 2 × limit unfinished
 //   rows in seq order (outbox_events_claimable), each checked by one probe of
 //   outbox_events_aggregate_heads for being its aggregate's first unfinished
@@ -72,28 +80,43 @@ export interface ClaimResult {
 //   Keep them that way.
 // - Claimable heads: not leased, not backing off and, with the `block`
 //   policy, no dead letter of their aggregate before them (a probe of
-//   outbox_events_dead_letters_by_aggregate). The oldest $1 by seq become an
-//   array of ids.
-// - `picked` locks those rows by primary key (id = ANY(array)) and re-checks
-//   them. After the lock the re-check runs on the newest row version (READ
-//   COMMITTED), so a head finished or claimed by another relay since our
-//   snapshot is skipped, as is one SKIP LOCKED finds locked.
+//   outbox_events_dead_letters_by_aggregate). The oldest $1 by seq are
+//   `chosen`.
+// - `run`: for each chosen head, one probe of outbox_events_aggregate_heads
+//   from the head on (LIMIT $5 = perAggregate rows, in seq order). With
+//   `block`, also one probe for the first dead letter after the head: the run
+//   stops before it. `cand` keeps the prefix of each run that is free (not
+//   leased, not backing off) and, with `block`, stops after an exhausted row
+//   (the claim dead-letters it; nothing behind it may pass). The first $1 rows
+//   by (head, seq) are the candidates: whole runs of the oldest heads.
+//   Reading stops once $1 candidates are out (the runs come sorted by head).
+// - `locked` locks the candidates by primary key (id = ANY(array)) and
+//   re-checks them. After the lock the re-check runs on the newest row
+//   version (READ COMMITTED), so a row finished or claimed by another relay
+//   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
+// - `picked` keeps, of each run, only the rows whose every predecessor in the
+//   run was locked too: a prefix from the head. Another relay holding (or
+//   having just finished) any earlier row of the run thus cuts the run there,
+//   and a relay never takes the middle of an aggregate. Rows locked but not
+//   kept are released when the statement commits, untouched.
 // - With `skip`, dead letters are not unfinished: they fall out of the partial
 //   indexes and their aggregate's next event becomes its head.
 function orderedPicked(policy: 'block' | 'skip'): string {
   // Claimable: not leased, not backing off, and (block) no dead letter of its aggregate before it.
-  const claimable = (h: string) => `(${h}.locked_until IS NULL OR ${h}.locked_until < now())
-        AND (${h}.retry_after IS NULL OR ${h}.retry_after <= now())${
-          policy === 'block'
-            ? `
+  const free = (h: string) => `(${h}.locked_until IS NULL OR ${h}.locked_until < now())
+        AND (${h}.retry_after IS NULL OR ${h}.retry_after <= now())`;
+  const claimable = (h: string) =>
+    `${free(h)}${
+      policy === 'block'
+        ? `
         AND NOT EXISTS (
           SELECT 1 FROM outbox_events d
           WHERE d.dead_lettered_at IS NOT NULL
             AND d.aggregate_type = ${h}.aggregate_type
             AND d.aggregate_id = ${h}.aggregate_id
             AND d.seq < ${h}.seq)`
-            : ''
-        }`;
+        : ''
+    }`;
   return `
 WITH RECURSIVE walk AS (
   SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
@@ -133,25 +156,76 @@ heads AS (
     ORDER BY e.aggregate_type, e.aggregate_id, e.seq
     LIMIT 1) next
 ),
-picked AS (
+chosen AS (
+  (SELECT w.aggregate_type, w.aggregate_id, w.seq FROM walk_heads w
+   WHERE (SELECT count(*) FROM walk_heads) >= $1
+   ORDER BY w.seq
+   LIMIT $1)
+  UNION ALL
+  (SELECT h.aggregate_type, h.aggregate_id, h.seq FROM heads h
+   WHERE (SELECT count(*) FROM walk_heads) < $1
+     AND ${claimable('h')}
+   ORDER BY h.seq
+   LIMIT $1)
+),
+run AS (
+  SELECT r.id, h.seq AS head_seq, r.seq, ${free('r')} AS free,
+         r.attempts >= $4 AS exhausted
+  FROM chosen h
+  CROSS JOIN LATERAL (
+    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts
+    FROM outbox_events e
+    WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
+      AND e.aggregate_type = h.aggregate_type
+      AND e.aggregate_id = h.aggregate_id
+      AND e.seq >= h.seq
+    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
+    LIMIT $5) r${
+      policy === 'block'
+        ? `
+  LEFT JOIN LATERAL (
+    SELECT d.seq
+    FROM outbox_events d
+    WHERE d.dead_lettered_at IS NOT NULL
+      AND d.aggregate_type = h.aggregate_type
+      AND d.aggregate_id = h.aggregate_id
+      AND d.seq > h.seq
+    ORDER BY d.aggregate_type, d.aggregate_id, d.seq
+    LIMIT 1) dead ON true
+  WHERE dead.seq IS NULL OR r.seq < dead.seq`
+        : ''
+    }
+),
+cand AS (
+  SELECT c.id, c.head_seq, c.seq,
+         row_number() OVER (PARTITION BY c.head_seq ORDER BY c.seq) AS position
+  FROM (
+    SELECT run.*,
+           bool_and(run.free) OVER w AS all_free,
+           coalesce(bool_or(run.exhausted) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false)
+             AS after_exhausted
+    FROM run
+    WINDOW w AS (PARTITION BY run.head_seq ORDER BY run.seq)) c
+  WHERE c.all_free${policy === 'block' ? ' AND NOT c.after_exhausted' : ''}
+  ORDER BY c.head_seq, c.seq
+  LIMIT $1
+),
+locked AS (
   SELECT e.id
   FROM outbox_events e
-  WHERE e.id = ANY (ARRAY(
-      (SELECT w.id FROM walk_heads w
-       WHERE (SELECT count(*) FROM walk_heads) >= $1
-       ORDER BY w.seq
-       LIMIT $1)
-      UNION ALL
-      (SELECT h.id FROM heads h
-       WHERE (SELECT count(*) FROM walk_heads) < $1
-         AND ${claimable('h')}
-       ORDER BY h.seq
-       LIMIT $1)))
+  WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
     AND (e.retry_after IS NULL OR e.retry_after <= now())
-  LIMIT $1
   FOR UPDATE SKIP LOCKED
+),
+picked AS (
+  SELECT k.id
+  FROM (
+    SELECT g.id, g.position,
+           count(*) FILTER (WHERE g.got) OVER (PARTITION BY g.head_seq ORDER BY g.seq) AS locked_so_far
+    FROM (SELECT cand.*, cand.id IN (SELECT locked.id FROM locked) AS got FROM cand) g) k
+  WHERE k.locked_so_far = k.position
 )`;
 }
 
@@ -209,12 +283,9 @@ interface Row {
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
   const sql = params.ordered ? SQL[params.deadLetterPolicy ?? 'block'] : SQL.unordered;
-  const { rows } = await db.query<Row>(sql, [
-    params.limit,
-    params.leaseMs,
-    params.leaseId,
-    params.maxAttempts,
-  ]);
+  const values = [params.limit, params.leaseMs, params.leaseId, params.maxAttempts];
+  if (params.ordered) values.push(Math.max(1, Math.min(params.perAggregate ?? 1, params.limit)));
+  const { rows } = await db.query<Row>(sql, values);
   const result: ClaimResult = { events: [], exhausted: [] };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
