@@ -55,12 +55,12 @@ export interface ClaimResult {
 // depend neither on table statistics nor on how many rows wait behind a
 // blocked aggregate:
 // - `walk` / `walk_heads`, the common case: the first 2 × limit unfinished
-//   rows in seq order (outbox_events_claimable), each checked by one probe of
-//   outbox_events_aggregate_heads for being its aggregate's first unfinished
-//   row (LATERAL ... LIMIT 1: always a per-row index probe, never a join the
-//   planner could turn into a scan). The heads found there are the oldest
-//   heads there are; if at least `limit` of them are claimable, they are the
-//   answer and nothing else runs. Bounded: 2 × limit rows whatever the backlog.
+//   rows in seq order (outbox_events_claimable). The walk is a prefix of all
+//   unfinished rows in seq order, so the first walked row of an aggregate is
+//   its head (its earliest unfinished row): DISTINCT ON, no probe per row.
+//   The heads found there are the oldest heads there are; if at least `limit`
+//   of them are claimable, they are the answer and nothing else runs.
+//   Bounded: 2 × limit rows whatever the backlog.
 // - `heads`, when the walk found too few (a blocked aggregate's tail fills the
 //   front of the queue): a recursive skip scan over
 //   outbox_events_aggregate_heads, one `ORDER BY type, id, seq LIMIT 1` probe
@@ -127,17 +127,11 @@ WITH RECURSIVE walk AS (
 ),
 walk_heads AS (
   SELECT w.*
-  FROM walk w
-  CROSS JOIN LATERAL (
-    SELECT p.seq
-    FROM outbox_events p
-    WHERE num_nulls(p.processed_at, p.dead_lettered_at) = 2
-      AND p.aggregate_type = w.aggregate_type
-      AND p.aggregate_id = w.aggregate_id
-    ORDER BY p.aggregate_type, p.aggregate_id, p.seq
-    LIMIT 1) first
-  WHERE first.seq = w.seq
-    AND ${claimable('w')}
+  FROM (
+    SELECT DISTINCT ON (walk.aggregate_type, walk.aggregate_id) walk.*
+    FROM walk
+    ORDER BY walk.aggregate_type, walk.aggregate_id, walk.seq) w
+  WHERE ${claimable('w')}
 ),
 heads AS (
   (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
