@@ -59,11 +59,16 @@ export class RoutingPublisher implements Publisher {
   async publish(events: readonly OutboxEvent[], context: PublishContext = {}): Promise<PublishOutcome[]> {
     const byTarget = new Map<string, OutboxEvent[]>();
     const unrouted = new Set<string>();
-    // Ordered mode: an aggregate stops at its first event with no route.
+    // Ordered mode: an aggregate stops at its first event with no route; the
+    // events after it are not sent (event id → the event that stopped them).
     const stopped = new Map<string, string>();
+    const notSent = new Map<string, string>();
     for (const event of events) {
       const stoppedBy = context.ordered ? stopped.get(aggregateKey(event)) : undefined;
-      if (stoppedBy !== undefined) continue;
+      if (stoppedBy !== undefined) {
+        notSent.set(event.id, stoppedBy);
+        continue;
+      }
       const keys = this.routes.resolve(event.eventType);
       if (!keys) {
         unrouted.add(event.id);
@@ -96,8 +101,8 @@ export class RoutingPublisher implements Publisher {
           delivered: event.deliveredTargets,
         };
       }
-      const stoppedBy = stopped.get(aggregateKey(event));
-      if (stoppedBy !== undefined && stoppedBy !== event.id) {
+      const stoppedBy = notSent.get(event.id);
+      if (stoppedBy !== undefined) {
         return {
           eventId: event.id,
           ...heldBack(`not sent: event ${stoppedBy} of the same aggregate, before it, has no route`),

@@ -12,7 +12,7 @@ export interface ClaimParams {
   leaseId: string;
   /** Attempts after which a row is dead-lettered instead of claimed again. */
   maxAttempts: number;
-  /** Per-aggregate ordering: only claim an aggregate's earliest unfinished event. */
+  /** Per-aggregate ordering: claim an aggregate only from its earliest unfinished event (its head). */
   ordered: boolean;
   /**
    * Ordered mode only: `block` (the default) treats a dead letter as its
@@ -251,7 +251,8 @@ SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 EN
 FROM picked
 WHERE e.id = picked.id
 RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
-          e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted`;
+          e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted,
+          e.replay_id, e.replayed_at`;
 }
 
 const SQL = {
@@ -272,6 +273,8 @@ interface Row {
   attempts: number;
   delivered_targets: string[];
   exhausted: boolean;
+  replay_id: string | null;
+  replayed_at: Date | null;
 }
 
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
@@ -304,6 +307,8 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
           createdAt: row.created_at,
           attempts: row.attempts,
           deliveredTargets: row.delivered_targets,
+          // Pending again because an operator replayed it (see replay-events.ts).
+          ...(row.replay_id ? { replayId: row.replay_id, replayedAt: row.replayed_at ?? undefined } : {}),
         }),
       );
     }
