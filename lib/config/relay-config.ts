@@ -26,7 +26,7 @@ export interface RelayConfig {
  *   `[{"match":"order.*","targets":[{"type":"sqs","queueUrl":"https://..."}]}]`
  * - `OUTBOX_EVENT_SOURCE` (default `outbox`), `OUTBOX_ORDERING` (`none` | `aggregate`),
  *   `OUTBOX_DEAD_LETTER_POLICY` (`block` | `skip`, ordered mode: does a dead letter hold its aggregate),
- *   `OUTBOX_MAX_PER_AGGREGATE` (ordered mode: events of one aggregate per claim, default 10)
+ *   `OUTBOX_MAX_PER_AGGREGATE` (ordered mode: events of one aggregate per claim, default 50)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,

@@ -23,7 +23,10 @@ export interface RelayOptions {
   /**
    * Ordered mode: most events of one aggregate per claim: its head and the
    * unfinished events right behind it, published in order (an SQS FIFO queue
-   * gets up to 10 of them per call). 1 claims the head alone. Default 10.
+   * gets up to 10 of them per call, calls in sequence; EventBridge one per
+   * call). 1 claims the head alone: one message per group per call, so order
+   * holds whatever SQS does with a partial batch failure (docs/ordering.md).
+   * Default 50.
    */
   maxPerAggregate?: number;
   /** Stop claiming when less than this much invocation time is left. Default 10 s. */
@@ -55,7 +58,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   backoff: { baseMs: 1_000, factor: 2, maxMs: 300_000 },
   ordering: 'none',
   deadLetterPolicy: 'block',
-  maxPerAggregate: 10,
+  maxPerAggregate: 50,
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
   idleWaitMinMs: 10,

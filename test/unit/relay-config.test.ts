@@ -28,6 +28,7 @@ describe('loadRelayConfig', () => {
       OUTBOX_BACKOFF_FACTOR: '1.5',
       OUTBOX_BACKOFF_MAX_MS: '60000',
       OUTBOX_ORDERING: 'aggregate',
+      OUTBOX_MAX_PER_AGGREGATE: '20',
       OUTBOX_SAFETY_MARGIN_MS: '5000',
       OUTBOX_IDLE_WAIT_MS: '100',
       OUTBOX_LISTEN: 'true',
@@ -45,6 +46,7 @@ describe('loadRelayConfig', () => {
       maxAttempts: 7,
       backoff: { baseMs: 500, factor: 1.5, maxMs: 60000 },
       ordering: 'aggregate',
+      maxPerAggregate: 20,
       safetyMarginMs: 5000,
       idleWaitMs: 100,
       maxPendingAgeMs: 7_200_000,
@@ -78,6 +80,7 @@ describe('loadRelayConfig', () => {
     ['OUTBOX_BATCH_SIZE', { OUTBOX_ROUTES: routes, OUTBOX_BATCH_SIZE: '0' }, /from 1 to 5000/],
     ['OUTBOX_ORDERING', { OUTBOX_ROUTES: routes, OUTBOX_ORDERING: 'fifo' }, /"none" or "aggregate"/],
     ['OUTBOX_LISTEN', { OUTBOX_ROUTES: routes, OUTBOX_LISTEN: 'maybe' }, /true or false/],
+    ['OUTBOX_MAX_PER_AGGREGATE', { OUTBOX_ROUTES: routes, OUTBOX_MAX_PER_AGGREGATE: '0' }, /from 1 to 5000/],
   ];
   it.each(bad)('%s bad → ConfigError naming it (%#)', (variable, env, message) => {
     let error: unknown;
