@@ -41,4 +41,13 @@ export interface OutboxEvent {
   attempts: number;
   /** Targets that accepted the event on an earlier attempt. */
   deliveredTargets: string[];
+  /**
+   * Set when the event is pending again because an operator replayed it: the
+   * replay's id. The message carries it as the replay marker (`replayId` in
+   * the envelope and as an SQS attribute; FIFO deduplication id
+   * `<id>:<replayId>`).
+   */
+  replayId?: string | undefined;
+  /** When the replay was requested; a replay's pending age counts from here, not from `createdAt`. */
+  replayedAt?: Date | undefined;
 }

@@ -12,4 +12,10 @@ export interface Envelope<P = unknown> {
   occurredAt: string;
   payload: P;
   headers: Record<string, string>;
+  /**
+   * Present only when the message is a replay of an already published event
+   * (an operator's `replay`): the replay's id. Consumers deduplicate a replay
+   * like any redelivery unless created with `replays: 'handle'`.
+   */
+  replayId?: string;
 }

@@ -87,7 +87,8 @@ export function envelopeJson(
   event: Pick<
     OutboxEvent,
     'id' | 'eventType' | 'aggregateType' | 'aggregateId' | 'createdAt' | 'payload' | 'payloadJson' | 'headers'
-  >,
+  > &
+    Partial<Pick<OutboxEvent, 'replayId'>>,
 ): string {
   const headers = checkedHeaders(event);
   const payload =
@@ -98,7 +99,9 @@ export function envelopeJson(
   return (
     `{"id":${JSON.stringify(event.id)},"type":${JSON.stringify(event.eventType)}` +
     `,"aggregateType":${JSON.stringify(event.aggregateType)},"aggregateId":${JSON.stringify(event.aggregateId)}` +
-    `,"occurredAt":"${occurredAt(event)}","payload":${payload},"headers":${JSON.stringify(headers)}}`
+    `,"occurredAt":"${occurredAt(event)}","payload":${payload},"headers":${JSON.stringify(headers)}` +
+    // The replay marker, only on a replay: an original message is unchanged.
+    `${event.replayId ? `,"replayId":${JSON.stringify(event.replayId)}` : ''}}`
   );
 }
 
@@ -127,6 +130,20 @@ function attributesBytes(attributes: Record<string, MessageAttributeValue>): num
   return bytes;
 }
 
+/** The SQS message attribute that marks a replay; its value is the replay's id. */
+export const REPLAY_ID_ATTRIBUTE = 'replayId';
+
+/**
+ * FIFO `MessageDeduplicationId`: the event id, so that the relay's own
+ * re-sends of one publication are deduplicated by SQS; for a replay
+ * `<event id>:<replay id>`, so that a replay is not swallowed as a duplicate
+ * of the original (or of an earlier replay) within SQS's five-minute window,
+ * while re-sends of the same replay still are.
+ */
+export function deduplicationId(event: Pick<OutboxEvent, 'id' | 'replayId'>): string {
+  return event.replayId ? `${event.id}:${event.replayId}` : event.id;
+}
+
 export interface SqsMessage {
   /** The batch entry without its `Id` (the transport numbers entries per call). */
   entry: Omit<SendMessageBatchRequestEntry, 'Id'>;
@@ -148,8 +165,9 @@ function traceOf(event: Pick<OutboxEvent, 'headers'>): TraceContext | undefined 
  * The SQS message for an event; FIFO queues also get group and deduplication ids.
  *
  * Message attributes: `eventId`, `eventType`, `aggregateType`,
- * `aggregateId`, and `traceparent` when the event has trace context (five at
- * most; SQS allows ten). Headers travel in the body, not as attributes. An
+ * `aggregateId`, `traceparent` when the event has trace context, and
+ * `replayId` on a replay (six at most; SQS allows ten). Headers travel in
+ * the body, not as attributes. An
  * event with trace context also gets the `AWSTraceHeader` system attribute
  * (X-Ray format), which SQS does not count towards the message size.
  */
@@ -163,6 +181,7 @@ export function sqsMessage(event: OutboxEvent, options: { fifo: boolean }): SqsM
   };
   const trace = traceOf(event);
   if (trace) attributes[TRACEPARENT] = attribute(trace.traceparent);
+  if (event.replayId) attributes[REPLAY_ID_ATTRIBUTE] = attribute(event.replayId);
   const entry: SqsMessage['entry'] = { MessageBody: body, MessageAttributes: attributes };
   if (trace) {
     entry.MessageSystemAttributes = {
@@ -171,7 +190,7 @@ export function sqsMessage(event: OutboxEvent, options: { fifo: boolean }): SqsM
   }
   if (options.fifo) {
     entry.MessageGroupId = messageGroupId(event);
-    entry.MessageDeduplicationId = event.id;
+    entry.MessageDeduplicationId = deduplicationId(event);
   }
   return { entry, bytes: Buffer.byteLength(body) + attributesBytes(attributes) };
 }

@@ -347,7 +347,8 @@ export class Relay {
   ): { dead: string; delayMs?: never; refund?: never } | { dead?: never; delayMs: number; refund: boolean } {
     if (!outcome.retryable) return { dead: outcome.error };
     if (outcome.environment) {
-      const ageMs = this.now() - event.createdAt.getTime();
+      // A replay is pending since it was requested, not since the event was written.
+      const ageMs = this.now() - (event.replayedAt ?? event.createdAt).getTime();
       if (ageMs > this.options.maxPendingAgeMs) {
         return {
           dead: `pending for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`,

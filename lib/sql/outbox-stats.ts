@@ -14,7 +14,7 @@ export interface OutboxStats {
    * until an operator redrives or discards the dead letter.
    */
   blockedAggregates: number;
-  /** Age of the oldest unfinished event, in seconds (0 when none). */
+  /** Age of the oldest unfinished event, in seconds (0 when none); a replay counts from when it was requested. */
   oldestPendingAgeSeconds: number;
 }
 
@@ -29,7 +29,7 @@ SELECT
   count(*)::int AS pending,
   count(*) FILTER (WHERE locked_until >= now())::int AS leased,
   count(*) FILTER (WHERE retry_after > now())::int AS backing_off,
-  coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest,
+  coalesce(extract(epoch FROM now() - min(coalesce(replayed_at, created_at))), 0)::float8 AS oldest,
   (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead,
   (SELECT count(*)
    FROM (SELECT aggregate_type, aggregate_id, min(seq) AS seq
