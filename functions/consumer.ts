@@ -19,6 +19,13 @@ const consumerName = readVar(
   'CONSUMER_NAME',
   z.string().max(255, 'expected a consumer name of at most 255 characters').default('order-consumer'),
 );
+// Replays (an operator republished events): `skip` deduplicates them as
+// redeliveries; `handle` handles each replay once (docs/consumer.md, "Replays").
+const replays = readVar(
+  process.env,
+  'CONSUMER_REPLAYS',
+  z.enum(['skip', 'handle'], { error: "expected 'skip' or 'handle'" }).default('skip'),
+);
 const { logger, metrics } = observability('outbox-consumer');
 
 let consumer: Promise<Consumer> | undefined;
@@ -29,7 +36,7 @@ async function buildConsumer(): Promise<Consumer> {
   // createConsumer guards the pool: a dropped idle connection is logged, not
   // an uncaught exception that would kill the runtime.
   const pool = new pg.Pool({ ...dbConfig, max: 1 });
-  return createConsumer({ name: consumerName, pool, handlers: orderNotificationHandlers, logger });
+  return createConsumer({ name: consumerName, pool, handlers: orderNotificationHandlers, logger, replays });
 }
 
 /**

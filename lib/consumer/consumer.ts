@@ -7,7 +7,7 @@ import type { Envelope } from '../publish/envelope.js';
 import { loadOpenTelemetry, withConsumerSpan } from '../trace/opentelemetry.js';
 import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
 import type { EventHandler, HandlerContext } from './handlers.js';
-import { markProcessed } from './mark-processed.js';
+import { markProcessed, markReplayProcessed } from './mark-processed.js';
 import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
@@ -180,6 +180,12 @@ class SqsConsumer implements Consumer {
         deadline === undefined ? Number.POSITIVE_INFINITY : Math.max(0, deadline - Date.now()),
     };
     if (trace) context.trace = trace;
+    const replayId = envelope.replayId;
+    if (replayId) {
+      context.replay = { id: replayId };
+      fields.replay_id = replayId;
+    }
+    const handleReplay = replayId !== undefined && this.options.replays === 'handle';
     const run = handler;
     try {
       // With OpenTelemetry installed, the record runs in a CONSUMER span
@@ -200,15 +206,32 @@ class SqsConsumer implements Consumer {
           withTransaction(
             pool,
             async (tx) => {
-              if (!(await markProcessed(tx, name, envelope.id, envelope.type))) return 'duplicate' as const;
+              if (handleReplay) {
+                // Once per replay id; the event's own dedupe row is written too
+                // (if missing), so a late delivery of the original is skipped.
+                if (!(await markReplayProcessed(tx, name, envelope.id, replayId, envelope.type))) {
+                  return 'duplicate' as const;
+                }
+                await markProcessed(tx, name, envelope.id, envelope.type);
+              } else if (!(await markProcessed(tx, name, envelope.id, envelope.type))) {
+                return 'duplicate' as const;
+              }
               await run(envelope, tx, context);
               return 'processed' as const;
             },
             { logger, deadline },
           ),
       );
-      if (status === 'duplicate') logger.info('duplicate event skipped: already processed', fields);
-      else logger.debug('event processed', fields);
+      if (status === 'duplicate') {
+        logger.info(
+          replayId
+            ? handleReplay
+              ? 'duplicate replay skipped: this replay was already processed'
+              : "replay skipped: the event was already processed (replays: 'skip')"
+            : 'duplicate event skipped: already processed',
+          fields,
+        );
+      } else logger.debug('event processed', fields);
       return { messageId, status, eventId: envelope.id, eventType: envelope.type };
     } catch (caught) {
       const error = caught instanceof Error ? caught : new Error(String(caught));

@@ -31,6 +31,13 @@ export interface HandlerContext {
    * `AWSTraceHeader` (X-Ray, converted). See docs/consumer.md, "Trace context".
    */
   trace?: RecordTrace;
+  /**
+   * Set when the message is a replay of an already published event (an
+   * operator's `replay`): `id` is the replay's id. A consumer created with
+   * `replays: 'handle'` runs the handler once per replay id; with the default
+   * `skip`, only for an event it had not handled before.
+   */
+  replay?: { id: string };
 }
 
 /**

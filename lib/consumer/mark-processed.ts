@@ -30,3 +30,26 @@ export async function markProcessed(
   const result = await tx.query(MARK_PROCESSED_SQL, [consumer, eventId, eventType]);
   return result.rowCount === 1;
 }
+
+// A replay handled by a consumer with `replays: 'handle'`: one row per
+// (consumer, event, replay), so each replay of an event is handled once,
+// with the same serialization on the primary key as above.
+const MARK_REPLAY_PROCESSED_SQL = `
+INSERT INTO processed_event_replays (consumer, event_id, replay_id, event_type)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (consumer, event_id, replay_id) DO NOTHING`;
+
+/**
+ * Claims `(consumer, eventId, replayId)` inside the caller's transaction.
+ * Returns false when this consumer already handled this replay of the event.
+ */
+export async function markReplayProcessed(
+  tx: Pick<ClientBase, 'query'>,
+  consumer: string,
+  eventId: string,
+  replayId: string,
+  eventType: string,
+): Promise<boolean> {
+  const result = await tx.query(MARK_REPLAY_PROCESSED_SQL, [consumer, eventId, replayId, eventType]);
+  return result.rowCount === 1;
+}

@@ -22,6 +22,8 @@ export const envelopeSchema = z.object({
   occurredAt: z.iso.datetime({ offset: true }),
   payload: z.unknown(),
   headers: z.record(z.string(), z.string()).default({}),
+  // The replay marker: present only on a replay of an already published event.
+  replayId: z.guid().optional(),
 });
 
 /** An envelope read from one SQS message body. */

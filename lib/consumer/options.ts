@@ -30,6 +30,15 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * Default 2000.
    */
   safetyMarginMs?: number | undefined;
+  /**
+   * What to do with a replay (a message an operator republished, carrying
+   * `replayId`). `skip` (the default): deduplicate it like any redelivery, so
+   * an event this consumer already handled is skipped as a duplicate (one it
+   * never handled is handled, as a first delivery). `handle`: handle each
+   * replay of an event once more, deduplicated per replay id
+   * (`processed_event_replays`). Handlers see `context.replay` either way.
+   */
+  replays?: 'skip' | 'handle' | undefined;
 }
 
 export interface ResolvedConsumerOptions {
@@ -39,9 +48,18 @@ export interface ResolvedConsumerOptions {
   fallback: EventHandler | undefined;
   logger: OutboxLogger;
   safetyMarginMs: number;
+  replays: 'skip' | 'handle';
 }
 
-const KNOWN_OPTIONS = new Set(['name', 'pool', 'handlers', 'fallback', 'logger', 'safetyMarginMs']);
+const KNOWN_OPTIONS = new Set([
+  'name',
+  'pool',
+  'handlers',
+  'fallback',
+  'logger',
+  'safetyMarginMs',
+  'replays',
+]);
 
 /** Validates the options (unknown keys are refused: a typo must not pass silently) and applies defaults. */
 export function resolveConsumerOptions<Events extends Record<string, unknown>>(
@@ -50,7 +68,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   for (const key of Object.keys(options)) {
     if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
   }
-  const { name, pool, handlers, fallback, logger, safetyMarginMs } = options;
+  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
     throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
   }
@@ -79,6 +97,9 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   if (!Number.isFinite(margin) || margin < 0) {
     throw new ConfigError('safetyMarginMs', 'expected a number of milliseconds >= 0');
   }
+  if (replays !== undefined && replays !== 'skip' && replays !== 'handle') {
+    throw new ConfigError('replays', `expected 'skip' or 'handle' (got ${JSON.stringify(replays)})`);
+  }
   return {
     name,
     pool,
@@ -86,5 +107,6 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     fallback,
     logger: logger ?? silentLogger,
     safetyMarginMs: margin,
+    replays: replays ?? 'skip',
   };
 }
