@@ -6,7 +6,14 @@ import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { ValidationError } from 'pg-lambda-outbox';
 import { databaseConfig } from 'pg-lambda-outbox/lambda';
-import { parseRedriveInput, type RedriveResult, redrive } from 'pg-lambda-outbox/operations';
+import {
+  parseRedriveInput,
+  parseReplayInput,
+  type RedriveResult,
+  type ReplayResult,
+  redrive,
+  replay,
+} from 'pg-lambda-outbox/operations';
 import { observability } from './shared/observability.js';
 
 const { logger, metrics } = observability('outbox-redrive');
@@ -25,7 +32,7 @@ async function buildPool(): Promise<pg.Pool> {
 /** The action the raw payload asked for, for log lines about a refused request. */
 function actionOf(event: unknown): string {
   const action = event && typeof event === 'object' && 'action' in event ? event.action : undefined;
-  return action === 'discard' ? 'discard' : 'redrive';
+  return action === 'discard' || action === 'replay' ? action : 'redrive';
 }
 
 /**
@@ -49,19 +56,18 @@ function caller(event: unknown, context: Context) {
   };
 }
 
-/**
- * Operator-invoked: the payload is the redrive request, e.g.
- * `{"eventType":"order.created","dryRun":true}`, or with `"action":"discard"`
- * to finish dead letters without publishing them. Returns `{ action, dryRun,
- * matched, reset, discarded, ids }`. A bad request fails the invocation with the
- * `ValidationError` (errorType `ValidationError`, errorMessage naming the
- * field) and changes nothing.
- */
-export async function redriveHandler(event: unknown, context: Context): Promise<RedriveResult> {
-  const who = caller(event, context);
-  let request: ReturnType<typeof parseRedriveInput>;
+async function getPool(): Promise<pg.Pool> {
+  pool ??= buildPool().catch((error) => {
+    pool = undefined; // retry the setup on the next invocation
+    throw error;
+  });
+  return pool;
+}
+
+/** Validates, logging and counting a refusal; rethrows the `ValidationError`. */
+function validated<T>(event: unknown, who: ReturnType<typeof caller>, parse: (event: unknown) => T): T {
   try {
-    request = parseRedriveInput(event);
+    return parse(event);
   } catch (error) {
     if (error instanceof ValidationError) {
       // The caller's mistake, not the function's: warn, and fail the invocation
@@ -75,14 +81,64 @@ export async function redriveHandler(event: unknown, context: Context): Promise<
     }
     throw error;
   }
+}
+
+/**
+ * `"action": "replay"`: republish already published events. The same
+ * function as redrive and discard because it is the same kind of operator
+ * act on the same rows: the same invoke permission, database access and
+ * audit logging; it publishes nothing itself (the relay does). The caller
+ * identity logged here is also stored in the replay's audit row.
+ */
+async function replayHandler(event: unknown, context: Context): Promise<ReplayResult> {
+  const who = caller(event, context);
+  const request = validated(event, who, parseReplayInput);
+  const { requestedBy: _, ...filter } = request;
+  logger.info('replay requested', { ...who, request: filter });
+  const result = await replay(await getPool(), request, {
+    caller: {
+      invoked_function_arn: who.invoked_function_arn,
+      aws_request_id: context.awsRequestId,
+      cognito_identity: who.cognito_identity,
+      client_context: who.client_context,
+    },
+  });
+  metrics.addMetric('Replayed', MetricUnit.Count, result.replayed);
+  logger.info(result.dryRun ? 'replay dry run' : 'events replayed', {
+    ...who,
+    action: result.action,
+    dry_run: result.dryRun,
+    replay_id: result.replayId,
+    matched: result.matched,
+    replayed: result.replayed,
+    busy: result.busy,
+    ids: result.ids.slice(0, MAX_LOGGED_IDS),
+    ids_truncated: result.ids.length > MAX_LOGGED_IDS,
+  });
+  return result;
+}
+
+/**
+ * Operator-invoked: the payload is the redrive request, e.g.
+ * `{"eventType":"order.created","dryRun":true}`, or with `"action":"discard"`
+ * to finish dead letters without publishing them, or with `"action":"replay"`
+ * to republish published events (see `replayHandler`). Returns `{ action, dryRun,
+ * matched, reset, discarded, ids }` (a replay: `{ action, dryRun, replayId,
+ * matched, replayed, busy, ids }`). A bad request fails the invocation with the
+ * `ValidationError` (errorType `ValidationError`, errorMessage naming the
+ * field) and changes nothing.
+ */
+export async function redriveHandler(
+  event: unknown,
+  context: Context,
+): Promise<RedriveResult | ReplayResult> {
+  if (actionOf(event) === 'replay') return replayHandler(event, context);
+  const who = caller(event, context);
+  const request = validated(event, who, parseRedriveInput);
   const { requestedBy: _, ...filter } = request;
   logger.info(`${request.action} requested`, { ...who, request: filter });
 
-  pool ??= buildPool().catch((error) => {
-    pool = undefined; // retry the setup on the next invocation
-    throw error;
-  });
-  const result = await redrive(await pool, request);
+  const result = await redrive(await getPool(), request);
 
   if (result.action === 'discard') metrics.addMetric('Discarded', MetricUnit.Count, result.discarded);
   else metrics.addMetric('Redriven', MetricUnit.Count, result.reset);

@@ -5,6 +5,8 @@
  *   dead-letters [--type] [--limit] dead letters with the reason they failed
  *   redrive <filters> [--dry-run]   dead letters back to pending (same rules as the redrive function)
  *   discard <filters> [--dry-run]   dead letters finished without publishing (releases their aggregate)
+ *   replay <filters> [--dry-run]    republish published events (audited in outbox_replays)
+ *   replays [--limit]               the latest replays: who, when, filter, how many, still waiting
  *
  * Every command takes `--json`. Connects with DATABASE_URL. Exit codes: 0 ok,
  * 1 failure (e.g. database unreachable), 2 bad usage or input; the reason is
@@ -16,9 +18,11 @@ import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import pg from 'pg';
 import { ConfigError, ValidationError } from '../lib/errors.js';
 import { type RedriveInput, type RedriveResult, redriveDeadLetters } from '../lib/operations/redrive.js';
+import { type ReplayInput, type ReplayResult, replayEvents } from '../lib/operations/replay.js';
 import { humanDuration, oneLine, textTable } from '../lib/operations/text-table.js';
 import { listDeadLetters } from '../lib/sql/list-dead-letters.js';
 import { outboxStats } from '../lib/sql/outbox-stats.js';
+import { listReplays } from '../lib/sql/replay-events.js';
 
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 2;
@@ -31,6 +35,10 @@ const FLAGS: Record<string, string> = {
   aggregateId: '--aggregate-id',
   deadLetteredAfter: '--after',
   deadLetteredBefore: '--before',
+  publishedAfter: '--published-after',
+  publishedBefore: '--published-before',
+  createdAfter: '--created-after',
+  createdBefore: '--created-before',
   limit: '--limit',
   all: '--all',
 };
@@ -79,12 +87,17 @@ function wholeNumber(max: number) {
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
-function operator(): string {
+function osUser(): string | undefined {
   try {
-    return `cli:${os.userInfo().username}@${os.hostname()}`;
+    return os.userInfo().username;
   } catch {
-    return `cli:${os.hostname()}`;
+    return undefined;
   }
+}
+
+function operator(): string {
+  const user = osUser();
+  return user ? `cli:${user}@${os.hostname()}` : `cli:${os.hostname()}`;
 }
 
 async function status(options: { json?: boolean }) {
@@ -187,6 +200,86 @@ function describeRedrive(result: RedriveResult): string {
   return lines.join('\n');
 }
 
+interface ReplayFlags {
+  id?: string[];
+  type?: string;
+  aggregateType?: string;
+  aggregateId?: string;
+  publishedAfter?: string;
+  publishedBefore?: string;
+  createdAfter?: string;
+  createdBefore?: string;
+  limit?: number;
+  all?: boolean;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+const eventCount = (n: number) => `${n} event${n === 1 ? '' : 's'}`;
+
+async function replay(flags: ReplayFlags) {
+  const input: ReplayInput = {
+    ids: flags.id,
+    eventType: flags.type,
+    aggregateType: flags.aggregateType,
+    aggregateId: flags.aggregateId,
+    publishedAfter: flags.publishedAfter,
+    publishedBefore: flags.publishedBefore,
+    createdAfter: flags.createdAfter,
+    createdBefore: flags.createdBefore,
+    limit: flags.limit,
+    all: flags.all,
+    dryRun: flags.dryRun,
+    requestedBy: operator(),
+  };
+  const defined = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
+  const result = await withPool((pool) =>
+    replayEvents(pool, defined, {
+      caller: { via: 'cli', os_user: osUser() ?? null, host: os.hostname(), pid: process.pid },
+    }),
+  );
+  if (flags.json) return printJson(result);
+  print(describeReplay(result));
+}
+
+function describeReplay(result: ReplayResult): string {
+  const lines = [
+    result.dryRun
+      ? `dry run: matched ${eventCount(result.matched)}; ${result.ids.length} would be replayed. Nothing was changed.`
+      : `replay ${result.replayId}: ${eventCount(result.replayed)} back to pending (${result.matched} matched); the relay republishes them on its next run, marked with the replay id.`,
+    ...result.ids.map((id) => `  ${id}`),
+  ];
+  if (result.busy > 0) {
+    lines.push(
+      `${eventCount(result.busy)} left as they are: a relay was publishing an event of their aggregate; run again for them.`,
+    );
+  }
+  const beyond = result.matched - result.ids.length - result.busy;
+  if (beyond > 0)
+    lines.push(`${beyond} more match beyond the limit; run again (or raise --limit) for the rest.`);
+  return lines.join('\n');
+}
+
+async function replays(options: { limit: number; json?: boolean }) {
+  const rows = await withPool((pool) => listReplays(pool, { limit: options.limit }));
+  if (options.json) return printJson({ replays: rows });
+  if (rows.length === 0) return print('no replays');
+  print(
+    textTable(
+      ['replay id', 'requested at', 'requested by', 'matched', 'replayed', 'waiting', 'filter'],
+      rows.map((r) => [
+        r.id,
+        r.requestedAt.toISOString(),
+        r.requestedBy,
+        String(r.matched),
+        String(r.replayed),
+        String(r.waiting),
+        oneLine(JSON.stringify(r.filter), 100),
+      ]),
+    ),
+  );
+}
+
 /** The command tree; exported for tests that want to parse without a child process. */
 export function program(): Command {
   const cli = new Command()
@@ -240,6 +333,32 @@ export function program(): Command {
     'discard',
     'discarded',
   ).action((flags: RedriveFlags) => redrive(flags, 'discard'));
+
+  cli
+    .command('replay')
+    .description(
+      'republish events that were already published (the relay sends them again, marked as a replay); audited; try --dry-run first',
+    )
+    .option('--id <uuid>', 'event id (repeatable)', collect)
+    .option('--type <eventType>', 'event type')
+    .option('--aggregate-type <type>', 'aggregate type')
+    .option('--aggregate-id <id>', 'aggregate id')
+    .option('--published-after <iso>', 'first published at or after (ISO 8601 with offset)')
+    .option('--published-before <iso>', 'first published before (ISO 8601 with offset)')
+    .option('--created-after <iso>', 'written at or after (ISO 8601 with offset)')
+    .option('--created-before <iso>', 'written before (ISO 8601 with offset)')
+    .option('--limit <n>', 'most events to replay (default 100, at most 10000)', wholeNumber(0))
+    .option('--all', 'allow an empty filter: every published event, up to --limit')
+    .option('--dry-run', 'show what would be replayed; change nothing')
+    .option('--json', 'print JSON')
+    .action(replay);
+
+  cli
+    .command('replays')
+    .description('the latest replays, newest first: who, when, filter, how many, how many still waiting')
+    .option('--limit <n>', 'most rows to list (1-1000)', wholeNumber(1000), 20)
+    .option('--json', 'print JSON')
+    .action(replays);
 
   return cli;
 }

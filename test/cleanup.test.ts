@@ -101,8 +101,8 @@ describe('runCleanup', () => {
 
     // Every statement was bounded by the batch size.
     const batches = log.lines.filter((l) => l.message === 'cleanup batch').map((l) => l.extra);
-    // 17 + 6 + one (empty) for idle aggregate lock rows.
-    expect(batches).toHaveLength(24);
+    // 17 + 6 + one (empty) each for idle aggregate lock rows, replay dedupe rows and replay audit rows.
+    expect(batches).toHaveLength(26);
     expect(batches.every((b) => (b.deleted as number) <= 5000)).toBe(true);
     expect(batches.filter((b) => b.table === 'outbox_events').map((b) => b.deleted)).toEqual([
       ...Array(16).fill(5000),
@@ -119,7 +119,7 @@ describe('runCleanup', () => {
     expect(log.lines.find((l) => l.message === 'cleanup finished')?.extra).toMatchObject({
       outbox_events_deleted: 80_000,
       processed_events_deleted: 25_000,
-      statements: 24,
+      statements: 26,
       finished: true,
     });
 

@@ -47,7 +47,7 @@ let dead: string[];
 let pending: string[];
 
 beforeEach(async () => {
-  await db.pool.query('TRUNCATE outbox_events');
+  await db.pool.query('TRUNCATE outbox_events, outbox_replays');
   pending = await insertEvents(db.pool, 3);
   dead = await insertEvents(db.pool, 3, (i) => ({
     eventType: i < 2 ? 'invoice.sent' : 'order.paid',
@@ -242,6 +242,112 @@ describe('scripts/outbox.ts', () => {
       /^error: option '--limit <n>' argument 'many' is invalid\. expected a whole number\.$/,
     );
     expect(await deadCount()).toBe(3);
+  });
+
+  it('replay: --dry-run first; then back to pending as one audited replay; replays lists it; --help lists replay', async () => {
+    const shipped = await insertEvents(db.pool, 2, (i) => ({
+      eventType: 'order.shipped',
+      aggregateId: `ship-${i}`,
+    }));
+    await db.pool.query(
+      'UPDATE outbox_events SET attempts = 1, processed_at = now() WHERE id = ANY($1::uuid[])',
+      [shipped],
+    );
+
+    const dry = await outbox(['replay', '--type', 'order.shipped', '--dry-run']);
+    expect(dry.code).toBe(0);
+    expect(dry.stdout).toMatch(/^dry run: matched 2 events; 2 would be replayed\. Nothing was changed\.$/m);
+    expect(dry.stdout).toContain(shipped[0]);
+    const { rows: none } = await db.pool.query('SELECT count(*)::int AS n FROM outbox_replays');
+    expect(none[0].n).toBe(0);
+
+    const real = await outbox(['replay', '--type', 'order.shipped', '--limit', '1', '--json']);
+    expect(real.code).toBe(0);
+    const result = JSON.parse(real.stdout);
+    expect(result).toMatchObject({
+      action: 'replay',
+      dryRun: false,
+      matched: 2,
+      replayed: 1,
+      ids: [shipped[0]],
+    });
+    const { rows: audit } = await db.pool.query(
+      'SELECT id, requested_by, caller, filter FROM outbox_replays',
+    );
+    expect(audit).toEqual([
+      {
+        id: result.replayId,
+        requested_by: expect.stringMatching(/^cli:.+@.+$/),
+        caller: {
+          via: 'cli',
+          os_user: expect.any(String),
+          host: expect.any(String),
+          pid: expect.any(Number),
+        },
+        filter: { eventType: 'order.shipped', limit: 1, all: false },
+      },
+    ]);
+    const { rows } = await db.pool.query(
+      'SELECT id FROM outbox_events WHERE replay_id = $1 AND processed_at IS NULL',
+      [result.replayId],
+    );
+    expect(rows).toEqual([{ id: shipped[0] }]);
+
+    const text = await outbox(['replay', '--aggregate-type', 'order', '--aggregate-id', 'ship-1']);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/^replay [0-9a-f-]{36}: 1 event back to pending \(1 matched\)/m);
+
+    const listed = await outbox(['replays']);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain(result.replayId);
+    expect(listed.stdout.split('\n')[0]).toMatch(
+      /replay id +requested at +requested by +matched +replayed +waiting/,
+    );
+
+    const help = await outbox(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^ +replay \[options\] +republish events that were already published/m);
+    expect(help.stdout).toMatch(/^ +replays \[options\]/m);
+  });
+
+  it('replay: bad input exits 2 with one clear line and changes nothing', async () => {
+    await db.pool.query('UPDATE outbox_events SET processed_at = now() WHERE id = $1', [pending[2]]);
+    const before = (await db.pool.query('SELECT * FROM outbox_events ORDER BY seq')).rows;
+    const [noFilter, overLimit, badId, window, badDate, deadLetterFlag] = (await Promise.all([
+      outbox(['replay']),
+      outbox(['replay', '--all', '--limit', '20000']),
+      outbox(['replay', '--id', 'nope']),
+      outbox([
+        'replay',
+        '--created-after',
+        '2025-02-01T00:00:00Z',
+        '--created-before',
+        '2025-01-01T00:00:00Z',
+      ]),
+      outbox(['replay', '--published-after', 'yesterday']),
+      outbox(['replay', '--after', '2025-01-01T00:00:00Z']),
+    ])) as Run[];
+    expectOneLineError(
+      noFilter!,
+      2,
+      /^error: all: no filter given; .*replay every published event .*\(--all\)$/,
+    );
+    expectOneLineError(overLimit!, 2, /^error: limit: must be at most 10000 \(--limit\)$/);
+    expectOneLineError(badId!, 2, /^error: ids\[0\]: must be a UUID \(--id\)$/);
+    expectOneLineError(
+      window!,
+      2,
+      /^error: createdAfter: must be earlier than createdBefore .*\(--created-after\)$/,
+    );
+    expectOneLineError(
+      badDate!,
+      2,
+      /^error: publishedAfter: must be an ISO 8601 date-time.*\(--published-after\)$/,
+    );
+    expectOneLineError(deadLetterFlag!, 2, /^error: unknown option '--after'/);
+    expect((await db.pool.query('SELECT * FROM outbox_events ORDER BY seq')).rows).toEqual(before);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM outbox_replays');
+    expect(rows[0].n).toBe(0);
   });
 
   it('no DATABASE_URL, or a database that does not answer: a one-line error saying what to do', async () => {

@@ -11,6 +11,7 @@ const SQS_MAX_RETENTION_DAYS = 14;
  * - `OUTBOX_RETENTION_DAYS` (default 7; 0 deletes published rows at the next run)
  * - `PROCESSED_EVENTS_RETENTION_DAYS` (default 30; under 14 draws a warning)
  * - `OUTBOX_DEAD_LETTER_RETENTION_DAYS` (unset: dead letters are kept until redriven)
+ * - `OUTBOX_REPLAY_RETENTION_DAYS` (default 365: replay audit rows; never while an event of theirs waits)
  * - `CLEANUP_BATCH_SIZE` (default 5000), `CLEANUP_SAFETY_MARGIN_MS` (default 10000)
  *
  * @example
@@ -22,6 +23,7 @@ export function loadCleanupConfig(env: Env = process.env): CleanupOptions {
     outboxRetentionDays: readVar(env, 'OUTBOX_RETENTION_DAYS', intVar(0, 3650)),
     processedEventsRetentionDays: readVar(env, 'PROCESSED_EVENTS_RETENTION_DAYS', intVar(1, 3650)),
     deadLetterRetentionDays: readVar(env, 'OUTBOX_DEAD_LETTER_RETENTION_DAYS', intVar(1, 36500)) ?? null,
+    replayRetentionDays: readVar(env, 'OUTBOX_REPLAY_RETENTION_DAYS', intVar(1, 36500)),
     batchSize: readVar(env, 'CLEANUP_BATCH_SIZE', intVar(1, 50_000)),
     safetyMarginMs: readVar(env, 'CLEANUP_SAFETY_MARGIN_MS', intVar(0, 900_000)),
   };

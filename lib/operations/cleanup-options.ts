@@ -9,6 +9,12 @@ export interface CleanupOptions {
   processedEventsRetentionDays?: number;
   /** Days a dead letter is kept; `null` (the default) keeps dead letters until redriven. */
   deadLetterRetentionDays?: number | null;
+  /**
+   * Days a replay's audit row (`outbox_replays`) is kept. Default 365; `null`
+   * keeps them. A replay with an event still waiting to be republished is
+   * never deleted.
+   */
+  replayRetentionDays?: number | null;
   /** Rows per DELETE statement. Default 5,000. */
   batchSize?: number;
   /** Stop starting batches when less than this much invocation time is left. Default 10 s. */
@@ -21,6 +27,7 @@ export const CLEANUP_DEFAULTS: ResolvedCleanupOptions = {
   outboxRetentionDays: 7,
   processedEventsRetentionDays: 30,
   deadLetterRetentionDays: null,
+  replayRetentionDays: 365,
   batchSize: 5_000,
   safetyMarginMs: 10_000,
 };

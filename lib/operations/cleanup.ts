@@ -3,7 +3,8 @@ import type { Queryable } from '../sql/claim-batch.js';
 import { deleteIdleAggregateLocks } from '../sql/cleanup-aggregate-locks.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
 import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';
-import { deleteProcessedEvents } from '../sql/cleanup-processed-events.js';
+import { deleteProcessedEventReplays, deleteProcessedEvents } from '../sql/cleanup-processed-events.js';
+import { deleteOldReplays } from '../sql/replay-events.js';
 import {
   type CleanupOptions,
   type ResolvedCleanupOptions,
@@ -51,6 +52,10 @@ export interface CleanupReport {
   deadLetters: CleanupTableReport | null;
   /** Idle rows of outbox_aggregate_locks, older than the outbox retention. */
   aggregateLocks: CleanupTableReport;
+  /** Replay dedupe rows of consumers with `replays: 'handle'` (processed_events' retention). */
+  processedEventReplays: CleanupTableReport;
+  /** Replay audit rows (`outbox_replays`) with no event still waiting; null when they are kept. */
+  replays: CleanupTableReport | null;
   durationMs: number;
 }
 
@@ -84,6 +89,7 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
       outboxEventsDays: options.outboxRetentionDays,
       processedEventsDays: options.processedEventsRetentionDays,
       deadLettersDays: options.deadLetterRetentionDays,
+      replaysDays: options.replayRetentionDays,
     },
     run.now,
   );
@@ -101,6 +107,8 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     processedEvents: table(cutoffs.processedEvents),
     deadLetters: cutoffs.deadLetters ? table(cutoffs.deadLetters) : null,
     aggregateLocks: table(cutoffs.outboxEvents),
+    processedEventReplays: table(cutoffs.processedEvents),
+    replays: cutoffs.replays ? table(cutoffs.replays) : null,
     durationMs: 0,
   };
   const tasks: Array<[string, CleanupTableReport | null, DeleteBatch]> = [
@@ -108,6 +116,8 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     ['processed_events', report.processedEvents, deleteProcessedEvents],
     ['dead letters', report.deadLetters, deleteDeadLetters],
     ['outbox_aggregate_locks', report.aggregateLocks, deleteIdleAggregateLocks],
+    ['processed_event_replays', report.processedEventReplays, deleteProcessedEventReplays],
+    ['outbox_replays', report.replays, deleteOldReplays],
   ];
 
   const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
@@ -134,6 +144,7 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   metrics.record('ProcessedEventsDeleted', 'Count', report.processedEvents.deleted);
   metrics.record('DeadLettersDeleted', 'Count', report.deadLetters?.deleted ?? 0);
   metrics.record('AggregateLocksDeleted', 'Count', report.aggregateLocks.deleted);
+  metrics.record('ReplaysDeleted', 'Count', report.replays?.deleted ?? 0);
   metrics.record('CleanupUnfinished', 'Count', report.finished ? 0 : 1);
   metrics.record('CleanupDurationMs', 'Milliseconds', report.durationMs);
   const counts = {
@@ -141,11 +152,15 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     processed_events_deleted: report.processedEvents.deleted,
     dead_letters_deleted: report.deadLetters?.deleted ?? 'kept',
     aggregate_locks_deleted: report.aggregateLocks.deleted,
+    processed_event_replays_deleted: report.processedEventReplays.deleted,
+    replays_deleted: report.replays?.deleted ?? 'kept',
     statements:
       report.outboxEvents.statements +
       report.processedEvents.statements +
       (report.deadLetters?.statements ?? 0) +
-      report.aggregateLocks.statements,
+      report.aggregateLocks.statements +
+      report.processedEventReplays.statements +
+      (report.replays?.statements ?? 0),
     finished: report.finished,
     duration_ms: Math.round(report.durationMs),
   };

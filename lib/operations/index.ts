@@ -6,6 +6,7 @@
 
 export { type DeadLetter, type DeadLetterPage, listDeadLetters } from '../sql/list-dead-letters.js';
 export { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
+export { listReplays, type ReplayRecord } from '../sql/replay-events.js';
 export {
   type CleanupDeps,
   type CleanupOptions,
@@ -25,3 +26,12 @@ export {
   redriveDeadLetters,
 } from './redrive.js';
 export { DEFAULT_REDRIVE_LIMIT, MAX_REDRIVE_LIMIT } from './redrive-input.js';
+export {
+  parseReplayInput,
+  type ReplayInput,
+  type ReplayOptions,
+  type ReplayRequest,
+  type ReplayResult,
+  replay,
+  replayEvents,
+} from './replay.js';

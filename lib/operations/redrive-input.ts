@@ -10,17 +10,18 @@ import {
 export const MAX_REDRIVE_LIMIT = 10_000;
 export const DEFAULT_REDRIVE_LIMIT = 100;
 
-const text = (max: number) =>
+/** A non-empty string of at most `max` characters. */
+export const text = (max: number) =>
   z
     .string({ error: 'must be a string' })
     .min(1, 'must be a non-empty string')
     .max(max, `must be at most ${max} characters`);
 
-const flag = z.boolean({ error: 'must be true or false' });
+export const flag = z.boolean({ error: 'must be true or false' });
 
 // Offset required: a local time without one would mean something different
 // on the operator's laptop and in Lambda (UTC).
-const instant = z.iso
+export const instant = z.iso
   .datetime({
     offset: true,
     error: 'must be an ISO 8601 date-time with an offset, e.g. 2025-01-31T12:00:00Z',
@@ -101,12 +102,26 @@ function fieldOf(issue: z.core.$ZodIssue): string {
     .join('');
 }
 
-function messageOf(issue: z.core.$ZodIssue): string {
+function messageOf(issue: z.core.$ZodIssue, what: string, keys: readonly string[]): string {
   if (issue.code === 'unrecognized_keys') {
-    return `is not a redrive option (expected ${Object.keys(redriveInputSchema.shape).join(', ')})`;
+    return `is not a ${what} option (expected ${keys.join(', ')})`;
   }
   if (issue.path.length === 0 && issue.code === 'invalid_type') return 'must be a JSON object';
   return issue.message;
+}
+
+/**
+ * The {@link ValidationError} for a failed parse of an operator request: the
+ * first offending field and its message, naming the other bad fields.
+ */
+export function requestError(error: z.ZodError, what: string, keys: readonly string[]): ValidationError {
+  const [first, ...rest] = error.issues;
+  const more = rest.length > 0 ? ` (and ${rest.map((i) => fieldOf(i)).join(', ')} also invalid)` : '';
+  return new ValidationError(
+    first ? fieldOf(first) : 'input',
+    `${first ? messageOf(first, what, keys) : 'invalid'}${more}`,
+    { cause: error },
+  );
 }
 
 /**
@@ -124,15 +139,7 @@ function messageOf(issue: z.core.$ZodIssue): string {
 export function parseRedriveInput(input: unknown): RedriveRequest {
   const parsed = redriveInputSchema.safeParse(input ?? {});
   if (!parsed.success) {
-    const [first, ...rest] = parsed.error.issues;
-    const more = rest.length > 0 ? ` (and ${rest.map((i) => fieldOf(i)).join(', ')} also invalid)` : '';
-    throw new ValidationError(
-      first ? fieldOf(first) : 'input',
-      `${first ? messageOf(first) : 'invalid'}${more}`,
-      {
-        cause: parsed.error,
-      },
-    );
+    throw requestError(parsed.error, 'redrive', Object.keys(redriveInputSchema.shape));
   }
   const { action, limit, dryRun, all, ...rest } = parsed.data;
   const request: RedriveRequest = {

@@ -20,3 +20,24 @@ export async function deleteProcessedEvents(db: Queryable, cutoff: Date, limit: 
   const result = await db.query(DELETE_PROCESSED_EVENTS, [cutoff, limit]);
   return result.rowCount ?? 0;
 }
+
+// The replay dedupe rows of consumers with `replays: 'handle'`: same shape and
+// the same retention as processed_events.
+const DELETE_PROCESSED_EVENT_REPLAYS = `
+DELETE FROM processed_event_replays
+WHERE (consumer, event_id, replay_id) IN (
+  SELECT consumer, event_id, replay_id FROM processed_event_replays
+  WHERE processed_at < $1::timestamptz
+  ORDER BY processed_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)`;
+
+/** Deletes at most `limit` replay dedupe rows recorded before `cutoff`; returns how many. */
+export async function deleteProcessedEventReplays(
+  db: Queryable,
+  cutoff: Date,
+  limit: number,
+): Promise<number> {
+  const result = await db.query(DELETE_PROCESSED_EVENT_REPLAYS, [cutoff, limit]);
+  return result.rowCount ?? 0;
+}

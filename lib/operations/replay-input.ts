@@ -1,0 +1,134 @@
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import {
+  MAX_AGGREGATE_ID_LENGTH,
+  MAX_AGGREGATE_TYPE_LENGTH,
+  MAX_EVENT_TYPE_LENGTH,
+} from '../outbox/limits.js';
+import {
+  DEFAULT_REDRIVE_LIMIT,
+  flag,
+  instant,
+  MAX_REDRIVE_LIMIT,
+  requestError,
+  text,
+} from './redrive-input.js';
+
+/**
+ * The replay request as JSON (the redrive function's payload with
+ * `"action": "replay"`, or the CLI's flags). Strict, like a redrive: an
+ * unknown key is an error, so a misspelt filter cannot silently widen a
+ * replay. Limits are the redrive's.
+ */
+export const replayInputSchema = z.strictObject({
+  /** `replay`; optional for the library call, required by the redrive function to choose a replay. */
+  action: z.literal('replay', { error: 'must be "replay"' }).optional(),
+  /** Event ids. Any 8-4-4-4-12 hex id, like the write API accepts. */
+  ids: z
+    .array(z.guid({ error: 'must be a UUID' }), { error: 'must be an array of UUIDs' })
+    .min(1, 'must list at least one id (leave it out to filter by other fields)')
+    .max(MAX_REDRIVE_LIMIT, `must list at most ${MAX_REDRIVE_LIMIT} ids`)
+    .optional(),
+  eventType: text(MAX_EVENT_TYPE_LENGTH).optional(),
+  aggregateType: text(MAX_AGGREGATE_TYPE_LENGTH).optional(),
+  aggregateId: text(MAX_AGGREGATE_ID_LENGTH).optional(),
+  /** First published at or after this instant (the original publication, not a replay's). */
+  publishedAfter: instant.optional(),
+  /** First published strictly before this instant. */
+  publishedBefore: instant.optional(),
+  /** Written (created_at) at or after this instant. */
+  createdAfter: instant.optional(),
+  /** Written strictly before this instant. */
+  createdBefore: instant.optional(),
+  limit: z
+    .number({ error: 'must be a number' })
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(MAX_REDRIVE_LIMIT, `must be at most ${MAX_REDRIVE_LIMIT}`)
+    .optional(),
+  dryRun: flag.optional(),
+  /** Required (true) when no filter is given: replay every published event, up to `limit`. */
+  all: flag.optional(),
+  /** Who asked; stored in the audit row (`outbox_replays.requested_by`) and logged. */
+  requestedBy: text(256).optional(),
+});
+
+/** What a caller may pass to {@link parseReplayInput} (JSON types). */
+export type ReplayInput = z.input<typeof replayInputSchema>;
+
+/** A validated replay request with defaults applied. */
+export interface ReplayRequest {
+  action: 'replay';
+  ids?: string[];
+  eventType?: string;
+  aggregateType?: string;
+  aggregateId?: string;
+  publishedAfter?: Date;
+  publishedBefore?: Date;
+  createdAfter?: Date;
+  createdBefore?: Date;
+  limit: number;
+  dryRun: boolean;
+  all: boolean;
+  requestedBy?: string;
+}
+
+const FILTERS = [
+  'ids',
+  'eventType',
+  'aggregateType',
+  'aggregateId',
+  'publishedAfter',
+  'publishedBefore',
+  'createdAfter',
+  'createdBefore',
+] as const;
+
+const WINDOWS = [
+  ['publishedAfter', 'publishedBefore'],
+  ['createdAfter', 'createdBefore'],
+] as const;
+
+/**
+ * Validates a replay request. Throws a {@link ValidationError} naming the
+ * first offending field: unknown keys, malformed ids or dates, a limit over
+ * {@link MAX_REDRIVE_LIMIT}, a window whose start is not before its end, or no
+ * filter at all without an explicit `all: true`.
+ *
+ * @example
+ * parseReplayInput({ aggregateType: 'order', aggregateId: 'o-1', dryRun: true });
+ * // → { action: 'replay', aggregateType: 'order', aggregateId: 'o-1', dryRun: true, all: false, limit: 100 }
+ */
+export function parseReplayInput(input: unknown): ReplayRequest {
+  const parsed = replayInputSchema.safeParse(input ?? {});
+  if (!parsed.success) throw requestError(parsed.error, 'replay', Object.keys(replayInputSchema.shape));
+  const { action: _, limit, dryRun, all, ...rest } = parsed.data;
+  const request: ReplayRequest = {
+    ...(Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined)) as Omit<
+      ReplayRequest,
+      'action' | 'limit' | 'dryRun' | 'all'
+    >),
+    action: 'replay',
+    // A list of ids is a complete request by itself: do not cut it at the default.
+    limit: limit ?? Math.max(DEFAULT_REDRIVE_LIMIT, rest.ids?.length ?? 0),
+    dryRun: dryRun ?? false,
+    all: all ?? false,
+  };
+  for (const [from, to] of WINDOWS) {
+    const after = request[from];
+    const before = request[to];
+    if (after && before && after.getTime() >= before.getTime()) {
+      throw new ValidationError(
+        from,
+        `must be earlier than ${to} (got ${after.toISOString()} and ${before.toISOString()})`,
+      );
+    }
+  }
+  if (!request.all && !FILTERS.some((f) => request[f] !== undefined)) {
+    throw new ValidationError(
+      'all',
+      `no filter given; pass at least one of ${FILTERS.join(', ')}, or all: true to replay every published event (up to limit)`,
+    );
+  }
+  return request;
+}
