@@ -6,6 +6,7 @@ import type { HandlerContext } from '../lib/consumer/handlers.js';
 import { ValidationError } from '../lib/errors.js';
 import { runCleanup } from '../lib/operations/cleanup.js';
 import { replayEvents } from '../lib/operations/replay.js';
+import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import type { Envelope } from '../lib/publish/envelope.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
@@ -228,6 +229,38 @@ describe('replayEvents', () => {
       [a2],
     );
     expect(await replayEvents(db.pool, { ids: [a1!] })).toMatchObject({ replayed: 1, busy: 0 });
+  });
+
+  it('busy too: an aggregate a producer is writing, or whose head a claim holds, right now', async () => {
+    const [written, claimed, free] = await published(3, (i) => ({ aggregateId: `agg-${i}` }));
+    const [head] = await insertEvents(db.pool, 1, () => ({ aggregateId: 'agg-1' }));
+    const producer = await db.pool.connect();
+    const claim = await db.pool.connect();
+    try {
+      // A producer's open transaction holds agg-0's aggregate lock row.
+      await producer.query('BEGIN');
+      await enqueueEvent(producer, {
+        aggregateType: 'order',
+        aggregateId: 'agg-0',
+        eventType: 'order.created',
+        payload: {},
+      });
+      // A claim statement in progress holds agg-1's head row.
+      await claim.query('BEGIN');
+      await claim.query('SELECT id FROM outbox_events WHERE id = $1 FOR UPDATE', [head]);
+
+      const result = await replayEvents(db.pool, { ids: [written!, claimed!, free!] });
+      expect(result).toMatchObject({ matched: 3, replayed: 1, busy: 2, ids: [free] });
+    } finally {
+      await producer.query('ROLLBACK');
+      await claim.query('ROLLBACK');
+      producer.release();
+      claim.release();
+    }
+    expect(await replayEvents(db.pool, { ids: [written!, claimed!] })).toMatchObject({
+      replayed: 2,
+      busy: 0,
+    });
   });
 
   it('cleanup keeps events waiting to be replayed (and their audit row), deletes the rest by retention', async () => {
