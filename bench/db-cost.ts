@@ -709,8 +709,8 @@ async function heldXmin() {
 
 // --- run, then merge into bench/results.json -----------------------------------
 const started = new Date().toISOString();
-const git = (...args: string[]) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
-const commit = git('rev-parse', '--short', 'HEAD');
+const git = (...args: string[]) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' });
+const commit = git('rev-parse', '--short', 'HEAD').trim();
 // Other work in progress in the checkout is in what the child bundles.
 const uncommitted = git('status', '--porcelain', '--', 'lib', 'functions')
   .split('\n')
@@ -729,6 +729,8 @@ const results = {
   ...previous,
   db_cost_run: {
     date: started,
+    // Keys of parts skipped in this run are those of an earlier run.
+    parts_measured: ['db', 'held', 'cpu'].filter((part) => !SKIP.has(part)),
     commit,
     uncommitted_lib_changes_in_checkout: uncommitted,
     cpus: os.cpus().length,
@@ -745,7 +747,11 @@ const results = {
     note: 'shared 2-core machine: other engineers were running tests and benchmarks at the same time',
     backlog: BACKLOG,
     relay: RELAY,
-    db_time: 'pg_stat_statements total_exec_time + total_plan_time of every statement the relay ran',
+    db_time:
+      'db_ms_per_1000 relay/baseline/claim/outcome: pg_stat_statements total_exec_time + total_plan_time of every ' +
+      'statement (time inside planner and executor, waits for CPU and locks included); *_server_cpu: user + system ' +
+      "CPU of all the server's processes (backends with protocol handling and commits, autovacuum, WAL writer, " +
+      'checkpointer), from /proc; all per 1,000 events',
   },
   ...(db ? { db_ms_per_1000: db } : {}),
   ...(cpu ? { cpu_ms_per_1000: cpu.result } : {}),
