@@ -459,6 +459,8 @@ function summarizeProfile(file: string, top = 25) {
   const sorted = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]);
   return {
     total_ms: Math.round(total / 1000),
+    /** Percent of the profile's CPU (idle left out) by who asked for it. */
+    shares: Object.fromEntries(sorted(byCaller).map(([k, us]) => [k, round((us / total) * 100)])),
     by_caller: sorted(byCaller).map(line),
     areas: sorted(byArea).slice(0, 15).map(line),
     functions: sorted(byFunction).slice(0, top).map(line),
@@ -567,8 +569,14 @@ async function cpuCost() {
         eventbridge_eps: Math.round(median(eps.eventbridge)),
         runs: Object.fromEntries(Object.entries(runs).map(([k, v]) => [k, v.map((x) => round(x))])),
         backlog: CPU_BACKLOG,
+        ...(profiles
+          ? {
+              profile_percent: Object.fromEntries(
+                Object.entries(profiles).map(([publisher, p]) => [publisher, p.shares]),
+              ),
+            }
+          : {}),
       },
-      profiles,
     };
   } finally {
     await aws.stop();
