@@ -12,6 +12,10 @@ import { backoffDelay } from './backoff.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 
+/** Unordered mode: a claim from the start of the table at least this often (claims, ms). */
+const FULL_CLAIM_EVERY = 20;
+const FULL_CLAIM_INTERVAL_MS = 1_000;
+
 export interface RelayDeps {
   /** Runs single statements; a `pg.Pool` (each claim and each outcome commits on its own). */
   db: Queryable;
@@ -103,6 +107,20 @@ export class Relay {
   private readonly metrics: OutboxMetrics;
   private readonly workSignal: WorkSignal;
   private readonly random: () => number;
+  /**
+   * While draining a backlog (the last claim took a full batch), unordered
+   * claims start at the lowest seq the last claim took, and every 20th claim
+   * (or one a second) looks from the start again for rows left below it (a
+   * transaction that committed late, a retry, an expired lease). A backlog
+   * then drains at full speed even while a long transaction elsewhere keeps
+   * the index entries of published rows alive. Caught up, every claim looks
+   * from the start, so a late commit waits for nothing.
+   */
+  private seqFloor: bigint | undefined;
+  /** The last claim took a full batch: a backlog, where the floor pays off. */
+  private backlogged = false;
+  private claimsSinceFull = 0;
+  private lastFullClaimAt = 0;
   private readonly now: () => number;
 
   constructor(private readonly deps: RelayDeps) {
@@ -127,6 +145,19 @@ export class Relay {
     const started = performance.now();
     const report = emptyReport();
     const leaseId = randomUUID();
+    const ordered = this.options.ordering === 'aggregate';
+    const full =
+      ordered ||
+      this.seqFloor === undefined ||
+      !this.backlogged ||
+      this.claimsSinceFull >= FULL_CLAIM_EVERY - 1 ||
+      this.now() - this.lastFullClaimAt >= FULL_CLAIM_INTERVAL_MS;
+    if (full) {
+      this.claimsSinceFull = 0;
+      this.lastFullClaimAt = this.now();
+    } else {
+      this.claimsSinceFull++;
+    }
     const claim = await claimBatch(this.deps.db, {
       limit: this.options.batchSize,
       leaseMs: this.options.leaseMs,
@@ -135,7 +166,13 @@ export class Relay {
       ordered: this.options.ordering === 'aggregate',
       deadLetterPolicy: this.options.deadLetterPolicy,
       perAggregate: this.options.maxPerAggregate,
+      ...(full ? {} : { fromSeq: String(this.seqFloor) }),
     });
+    this.backlogged = claim.events.length + claim.exhausted.length >= this.options.batchSize;
+    if (!ordered && claim.minSeq !== undefined) {
+      const lowest = BigInt(claim.minSeq);
+      if (this.seqFloor === undefined || lowest > this.seqFloor) this.seqFloor = lowest;
+    }
     for (const dead of claim.exhausted) {
       report.deadLettered++;
       bump(report.deadLetteredByType, dead.eventType);

@@ -27,12 +27,24 @@ export interface ClaimParams {
    * (the head alone).
    */
   perAggregate?: number;
+  /**
+   * Unordered mode only: look at rows from this seq up. A relay passes the
+   * lowest seq its last claim took, so the index scan starts there instead
+   * of stepping over every entry of rows published since the oldest open
+   * snapshot (a long transaction elsewhere keeps those entries alive; see
+   * "Long transactions and the outbox" in docs/operations.md). Rows below it
+   * (a transaction that committed late, a retry whose wait ended, an expired
+   * lease) are found by the next claim without it.
+   */
+  fromSeq?: string;
 }
 
 export interface ClaimResult {
   events: OutboxEvent[];
   /** Rows found to have used every attempt without an outcome; now dead letters. */
   exhausted: Array<{ id: string; eventType: string; aggregateId: string; attempts: number }>;
+  /** The lowest seq among the rows claimed (events and exhausted), if any. */
+  minSeq?: string;
 }
 
 // Why it is shaped this way:
@@ -223,14 +235,14 @@ picked AS (
 )`;
 }
 
-const UNORDERED_PICKED = `
+const unorderedPicked = (fromSeq: boolean) => `
 WITH picked AS (
   SELECT e.id
   FROM outbox_events e
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
-    AND (e.retry_after IS NULL OR e.retry_after <= now())
+    AND (e.retry_after IS NULL OR e.retry_after <= now())${fromSeq ? '\n    AND e.seq >= $5::bigint' : ''}
   ORDER BY e.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -256,7 +268,8 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
 }
 
 const SQL = {
-  unordered: claimSql(UNORDERED_PICKED),
+  unordered: claimSql(unorderedPicked(false)),
+  unorderedFrom: claimSql(unorderedPicked(true)),
   block: claimSql(orderedPicked('block')),
   skip: claimSql(orderedPicked('skip')),
 };
@@ -279,13 +292,20 @@ interface Row {
 
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
-  const sql = params.ordered ? SQL[params.deadLetterPolicy ?? 'block'] : SQL.unordered;
-  const values = [params.limit, params.leaseMs, params.leaseId, params.maxAttempts];
+  const from = !params.ordered && params.fromSeq !== undefined;
+  const sql = params.ordered
+    ? SQL[params.deadLetterPolicy ?? 'block']
+    : from
+      ? SQL.unorderedFrom
+      : SQL.unordered;
+  const values: unknown[] = [params.limit, params.leaseMs, params.leaseId, params.maxAttempts];
   if (params.ordered) values.push(Math.max(1, Math.min(params.perAggregate ?? 1, params.limit)));
+  else if (from) values.push(params.fromSeq);
   const { rows } = await db.query<Row>(sql, values);
   const result: ClaimResult = { events: [], exhausted: [] };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
+  if (rows.length > 0) result.minSeq = rows[0]?.seq;
   for (const row of rows) {
     if (row.exhausted) {
       result.exhausted.push({
