@@ -1,6 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import { S3Client } from '@aws-sdk/client-s3';
 import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
@@ -27,6 +28,16 @@ const replays = readVar(
   z.enum(['skip', 'handle'], { error: "expected 'skip' or 'handle'" }).default('skip'),
 );
 const { logger, metrics } = observability('outbox-consumer');
+// The claim check: with OUTBOX_LARGE_PAYLOAD_BUCKET set (the relay stores
+// payloads too large for a message there), payloads are fetched from S3.
+// Path-style addressing against an emulator (AWS_ENDPOINT_URL) only.
+const s3 = process.env.OUTBOX_LARGE_PAYLOAD_BUCKET?.trim()
+  ? new S3Client({
+      maxAttempts: 3,
+      requestHandler: { connectionTimeout: 3_000, requestTimeout: 30_000, throwOnRequestTimeout: true },
+      forcePathStyle: process.env.AWS_ENDPOINT_URL !== undefined,
+    })
+  : undefined;
 
 let consumer: Promise<Consumer> | undefined;
 
@@ -36,7 +47,14 @@ async function buildConsumer(): Promise<Consumer> {
   // createConsumer guards the pool: a dropped idle connection is logged, not
   // an uncaught exception that would kill the runtime.
   const pool = new pg.Pool({ ...dbConfig, max: 1 });
-  return createConsumer({ name: consumerName, pool, handlers: orderNotificationHandlers, logger, replays });
+  return createConsumer({
+    name: consumerName,
+    pool,
+    handlers: orderNotificationHandlers,
+    logger,
+    replays,
+    s3,
+  });
 }
 
 /**

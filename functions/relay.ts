@@ -1,6 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
@@ -31,10 +32,22 @@ const sdkOptions = {
 };
 const sqs = new SQSClient(sdkOptions);
 const eventBridge = new EventBridgeClient(sdkOptions);
+// The claim check (OUTBOX_LARGE_PAYLOAD_BUCKET): payloads too large for a
+// message are PUT to S3. Longer request timeout: a payload may be 10 MiB.
+// Path-style addressing against an emulator (AWS_ENDPOINT_URL) only.
+const largePayloads = config.largePayloads && {
+  ...config.largePayloads,
+  s3: new S3Client({
+    ...sdkOptions,
+    requestHandler: { ...sdkOptions.requestHandler, requestTimeout: 30_000 },
+    forcePathStyle: process.env.AWS_ENDPOINT_URL !== undefined,
+  }),
+};
 const publisher = createAwsPublisher({
   routes: config.routes,
   sqs,
   eventBridge,
+  largePayloads,
   source: config.eventSource,
   concurrency: config.concurrency,
   circuit: config.circuit,

@@ -16,6 +16,12 @@ export interface RelayConfig {
   listen: boolean;
   /** Per-target circuit breaker. */
   circuit: CircuitBreakerOptions;
+  /**
+   * The claim check (`OUTBOX_LARGE_PAYLOAD_BUCKET`, `OUTBOX_LARGE_PAYLOAD_PREFIX`):
+   * payloads too large for a target's message go to this bucket. Unset: such
+   * events are dead-lettered.
+   */
+  largePayloads?: { bucket: string; prefix: string } | undefined;
 }
 
 /**
@@ -31,6 +37,8 @@ export interface RelayConfig {
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
  *   `OUTBOX_MAX_PENDING_AGE_MS`
+ * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
+ *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
  *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
  */
@@ -85,7 +93,30 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       failureThreshold: readVar(env, 'OUTBOX_TARGET_FAILURES', intVar(1, 100)),
       probeMaxMs: readVar(env, 'OUTBOX_TARGET_PROBE_MAX_MS', intVar(1_000, 3_600_000)),
     },
+    largePayloads: largePayloads(env),
   };
+}
+
+// S3 bucket names: 3-63 characters of lowercase letters, digits, dots and hyphens.
+const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+
+function largePayloads(env: Env): RelayConfig['largePayloads'] {
+  const bucket = readVar(
+    env,
+    'OUTBOX_LARGE_PAYLOAD_BUCKET',
+    z.string().regex(BUCKET, 'expected an S3 bucket name').optional(),
+  );
+  const prefix = readVar(
+    env,
+    'OUTBOX_LARGE_PAYLOAD_PREFIX',
+    z
+      .string()
+      .max(512)
+      .regex(/^[\w!.*'()/-]+$/, "expected a key prefix of letters, digits and !-_.*'()/")
+      .transform((p) => p.replace(/^\/+|\/+$/g, ''))
+      .default('payloads'),
+  );
+  return bucket === undefined ? undefined : { bucket, prefix };
 }
 
 export { ConfigError };

@@ -7,6 +7,7 @@ import type { Envelope } from '../publish/envelope.js';
 import { loadOpenTelemetry, withConsumerSpan } from '../trace/opentelemetry.js';
 import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
 import type { EventHandler, HandlerContext } from './handlers.js';
+import { resolvePayload } from './large-payload.js';
 import { markProcessed, markReplayProcessed } from './mark-processed.js';
 import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
@@ -166,6 +167,24 @@ class SqsConsumer implements Consumer {
         eventType: malformed.eventType,
         error: malformed,
       };
+    }
+
+    if (envelope.payloadRef) {
+      // The claim check: fetch the payload before dedupe, outside any transaction.
+      const ref = envelope.payloadRef;
+      Object.assign(fields, { payload_ref: `s3://${ref.s3.bucket}/${ref.s3.key}`, payload_bytes: ref.bytes });
+      try {
+        const signal =
+          deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now()));
+        envelope = await resolvePayload(envelope, ref, this.options.s3, signal);
+      } catch (caught) {
+        const error = caught instanceof Error ? caught : new Error(String(caught));
+        logger.error('payload stored in S3 not read: the message will be retried', {
+          ...fields,
+          reason: error.message,
+        });
+        return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };
+      }
     }
 
     const trace = recordTrace(record, envelope);

@@ -4,10 +4,11 @@
  * consumer name, in one transaction with the handler's own writes.
  */
 
-export type { Envelope } from '../publish/envelope.js';
+export type { Envelope, PayloadRef } from '../publish/envelope.js';
 export { type Consumer, createConsumer, type HandleOptions } from './consumer.js';
 export { MalformedMessageError } from './errors.js';
 export { defineHandlers, type EventHandler, type HandlerContext, type HandlerMap } from './handlers.js';
+export { LargePayloadError } from './large-payload.js';
 export type { MessageSource } from './message-body.js';
 export type { ConsumerOptions } from './options.js';
 export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';

@@ -10,21 +10,36 @@ export type MessageSource = 'sqs' | 'eventbridge';
  * than refused so that a newer relay can add fields without breaking older
  * consumers.
  */
-export const envelopeSchema = z.object({
-  // processed_events.event_id is a uuid column. z.guid() takes any
-  // 8-4-4-4-12 hex id, as PostgreSQL and the outbox's write API do; z.uuid()
-  // would refuse ids whose version bits are not RFC 9562's.
-  id: z.guid(),
-  // varchar(128) in processed_events, and EventBridge's DetailType limit.
-  type: z.string().min(1).max(128),
-  aggregateType: z.string().min(1),
-  aggregateId: z.string().min(1),
-  occurredAt: z.iso.datetime({ offset: true }),
-  payload: z.unknown(),
-  headers: z.record(z.string(), z.string()).default({}),
-  // The replay marker: present only on a replay of an already published event.
-  replayId: z.guid().optional(),
-});
+export const envelopeSchema = z
+  .object({
+    // processed_events.event_id is a uuid column. z.guid() takes any
+    // 8-4-4-4-12 hex id, as PostgreSQL and the outbox's write API do; z.uuid()
+    // would refuse ids whose version bits are not RFC 9562's.
+    id: z.guid(),
+    // varchar(128) in processed_events, and EventBridge's DetailType limit.
+    type: z.string().min(1).max(128),
+    aggregateType: z.string().min(1),
+    aggregateId: z.string().min(1),
+    occurredAt: z.iso.datetime({ offset: true }),
+    // Required, unless the payload is in S3 (payloadRef): checked below.
+    payload: z.unknown().optional(),
+    headers: z.record(z.string(), z.string()).default({}),
+    // The replay marker: present only on a replay of an already published event.
+    replayId: z.guid().optional(),
+    // The claim check: the payload is in S3 (docs/consumer.md, "Large payloads").
+    payloadRef: z
+      .object({
+        s3: z.object({ bucket: z.string().min(1), key: z.string().min(1) }),
+        bytes: z.int().min(0),
+        sha256: z.string().regex(/^[0-9a-fA-F]{64}$/),
+      })
+      .optional(),
+  })
+  .superRefine((envelope, ctx) => {
+    if (envelope.payloadRef === undefined && !Object.hasOwn(envelope, 'payload')) {
+      ctx.addIssue({ code: 'custom', path: ['payload'], message: 'required (or a payloadRef)' });
+    }
+  });
 
 /** An envelope read from one SQS message body. */
 export interface ParsedMessage {

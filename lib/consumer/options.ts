@@ -1,3 +1,4 @@
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
@@ -39,6 +40,13 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * (`processed_event_replays`). Handlers see `context.replay` either way.
    */
   replays?: 'skip' | 'handle' | undefined;
+  /**
+   * Reads payloads the relay stored in S3 because they were too large for a
+   * message (`payloadRef`, docs/consumer.md "Large payloads"): fetched and
+   * checked (size, SHA-256) before dedupe, so handlers get `event.payload`
+   * as usual. Without it such a record fails (and is retried).
+   */
+  s3?: Pick<S3Client, 'send'> | undefined;
 }
 
 export interface ResolvedConsumerOptions {
@@ -49,6 +57,7 @@ export interface ResolvedConsumerOptions {
   logger: OutboxLogger;
   safetyMarginMs: number;
   replays: 'skip' | 'handle';
+  s3: Pick<S3Client, 'send'> | undefined;
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -59,6 +68,7 @@ const KNOWN_OPTIONS = new Set([
   'logger',
   'safetyMarginMs',
   'replays',
+  's3',
 ]);
 
 /** Validates the options (unknown keys are refused: a typo must not pass silently) and applies defaults. */
@@ -68,7 +78,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   for (const key of Object.keys(options)) {
     if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
   }
-  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays } = options;
+  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, s3 } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
     throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
   }
@@ -97,6 +107,9 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   if (!Number.isFinite(margin) || margin < 0) {
     throw new ConfigError('safetyMarginMs', 'expected a number of milliseconds >= 0');
   }
+  if (s3 !== undefined && typeof (s3 as { send?: unknown })?.send !== 'function') {
+    throw new ConfigError('s3', 'expected an S3Client (an object with send)');
+  }
   if (replays !== undefined && replays !== 'skip' && replays !== 'handle') {
     throw new ConfigError('replays', `expected 'skip' or 'handle' (got ${JSON.stringify(replays)})`);
   }
@@ -108,5 +121,6 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     logger: logger ?? silentLogger,
     safetyMarginMs: margin,
     replays: replays ?? 'skip',
+    s3,
   };
 }

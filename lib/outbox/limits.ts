@@ -6,6 +6,12 @@
  */
 export const BROKER_MESSAGE_MAX_BYTES = 256 * 1024;
 
+/**
+ * Default payload limit of the write API with `largePayloads` (the relay
+ * stores payloads too large for a message in S3).
+ */
+export const LARGE_PAYLOAD_MAX_BYTES = 10 * 1024 * 1024;
+
 /** Maximum serialized size of an event's headers. */
 export const MAX_HEADERS_BYTES = 4 * 1024;
 

@@ -6,6 +6,7 @@ import { TRACEPARENT, TRACESTATE, traceparentProblem, tracestateProblem } from '
 import {
   BROKER_MESSAGE_MAX_BYTES,
   INT64_BOUND,
+  LARGE_PAYLOAD_MAX_BYTES,
   MAX_AGGREGATE_ID_LENGTH,
   MAX_AGGREGATE_TYPE_LENGTH,
   MAX_EVENT_SOURCE_BYTES,
@@ -28,8 +29,21 @@ export interface ValidateOptions {
    * assumes the longest Source the relay's config accepts (768 bytes).
    */
   eventBridgeSource?: string;
-  /** An optional, tighter limit on the payload alone (its JSON as stored, bytes). */
+  /**
+   * A limit on the payload alone (its JSON as stored, bytes). Without
+   * `largePayloads` an optional, tighter limit than the message's; with it
+   * the payload's only limit, default 10 MiB.
+   */
   maxPayloadBytes?: number;
+  /**
+   * The relay stores payloads too large for a target's message in S3 and
+   * sends a pointer instead (the claim check; the relay's
+   * `OUTBOX_LARGE_PAYLOAD_BUCKET`, docs/consumer.md "Large payloads"). The
+   * message-size check is then skipped and payloads are accepted up to
+   * `maxPayloadBytes` (default 10 MiB). Turn it on only when the relay has a
+   * bucket: without one, such events end in dead letters.
+   */
+  largePayloads?: boolean;
 }
 
 /** An event checked and serialized, ready for the INSERT. */
@@ -477,10 +491,12 @@ export function validateEvent(
   }
 
   const payload = serializePayload(`${path}.payload`, event.payload);
-  if (options.maxPayloadBytes !== undefined && payload.storedBytes > options.maxPayloadBytes) {
+  const maxPayload = options.maxPayloadBytes ?? (options.largePayloads ? LARGE_PAYLOAD_MAX_BYTES : undefined);
+  if (maxPayload !== undefined && payload.storedBytes > maxPayload) {
     throw new ValidationError(
       `${path}.payload`,
-      `is ${payload.storedBytes} bytes serialized, over the limit of ${options.maxPayloadBytes} bytes`,
+      `is ${payload.storedBytes} bytes serialized, over the limit of ${maxPayload} bytes` +
+        (options.largePayloads ? ' (maxPayloadBytes)' : ''),
     );
   }
   const headers = checkHeaders(`${path}.headers`, event.headers, (given) =>
@@ -492,7 +508,9 @@ export function validateEvent(
     payload.extraStoredBytes,
     options.eventBridgeSource ?? LONGEST_SOURCE,
   );
-  checkMessageSize(`${path}.payload`, bytes, options);
+  // With large payloads, a message too large carries a pointer instead of
+  // the payload; what remains (ids, type, headers) always fits.
+  if (!options.largePayloads) checkMessageSize(`${path}.payload`, bytes, options);
 
   return {
     id,

@@ -57,6 +57,10 @@ const CONFIG_CODES = new Set([
   'KmsOptInRequired',
   'KMS.OptInRequired',
   'QueueDeletedRecently',
+  // S3, for payloads stored by the claim check.
+  'NoSuchBucket',
+  'PermanentRedirect',
+  'AuthorizationHeaderMalformed',
 ]);
 
 const THROTTLE_CODES = new Set([
@@ -68,6 +72,7 @@ const THROTTLE_CODES = new Set([
   'LimitExceededException',
   'KmsThrottled',
   'KMS.ThrottlingException',
+  'SlowDown',
 ]);
 
 const SERVER_CODES = new Set([

@@ -285,6 +285,23 @@ export async function sendOrdered<P extends { event: OutboxEvent; bytes: number 
   }
 }
 
+/**
+ * The result for an event whose payload could not be stored in S3 (the claim
+ * check): classified like a failed call of the transport's own (access
+ * denied, a missing bucket, throttling, the deadline: the environment's).
+ */
+export function payloadStoreFailure(error: unknown, context: SendContext): TargetResult {
+  const { failure, retryAfterMs } = wholeCallFailure(error, context);
+  return {
+    ok: false,
+    retryable: failure.retryable,
+    environment: failure.environment,
+    code: failure.code,
+    error: `storing the payload in S3 failed: ${failure.kind} error: ${failure.code}: ${failure.message}`,
+    retryAfterMs,
+  };
+}
+
 /** The result for an event that could not be turned into a message. */
 export function buildFailure(error: unknown): TargetResult {
   const e = error as { message?: string };

@@ -14,6 +14,8 @@ import {
   sendBatchOrSplit,
   sendOrdered,
 } from './batching.js';
+import { NO_BUCKET_HINT, type PayloadStore, storePayloads } from './claim-check.js';
+import type { PayloadRef } from './envelope.js';
 import { eventBridgeMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
@@ -31,6 +33,8 @@ export interface EventBridgeTransportOptions {
   maxBytes?: number | undefined;
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   onCall?: (() => void) | undefined;
+  /** Stores payloads whose entry is over `maxBytes` in S3 (the claim check); without it such events fail. */
+  payloads?: PayloadStore | undefined;
 }
 
 interface Prepared {
@@ -56,24 +60,44 @@ export class EventBridgeTransport implements Transport {
   async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
     const results = new Map<string, TargetResult>();
     const sendable: Prepared[] = [];
-    for (const event of events) {
+    const oversize: OutboxEvent[] = [];
+    const payloads = this.options.payloads;
+    const prepare = (event: OutboxEvent, payloadRef?: PayloadRef) => {
       let message: ReturnType<typeof eventBridgeMessage>;
       try {
-        message = eventBridgeMessage(event, { busName: this.options.busName, source: this.options.source });
+        message = eventBridgeMessage(event, {
+          busName: this.options.busName,
+          source: this.options.source,
+          payloadRef,
+        });
       } catch (error) {
         results.set(event.id, buildFailure(error));
-        continue;
+        return;
       }
       if (message.bytes > this.maxBytes) {
+        if (payloads && !payloadRef) {
+          oversize.push(event);
+          return;
+        }
         results.set(event.id, {
           ok: false,
           retryable: false,
           environment: false,
           code: 'EntryTooLarge',
-          error: `event is ${message.bytes} bytes as an EventBridge entry, over the limit of ${this.maxBytes} bytes`,
+          error: `event is ${message.bytes} bytes as an EventBridge entry, over the limit of ${this.maxBytes} bytes${payloads ? '' : NO_BUCKET_HINT}`,
         });
       } else {
         sendable.push({ event, ...message });
+      }
+    };
+    for (const event of events) prepare(event);
+    if (payloads && oversize.length > 0) {
+      // The claim check: the payload goes to S3, the entry carries a pointer.
+      const schedule = this.options.schedule ?? ((call) => call());
+      const refs = await storePayloads(oversize, payloads, schedule, context, results);
+      for (const event of oversize) {
+        const ref = refs.get(event.id);
+        if (ref) prepare(event, ref);
       }
     }
     if (context.ordered) {

@@ -9,6 +9,7 @@ import {
   type TraceContext,
   toXrayTraceHeader,
 } from '../trace/trace-context.js';
+import type { PayloadRef } from './envelope.js';
 
 /**
  * Turning one outbox row into the exact message a broker receives. Both
@@ -89,17 +90,25 @@ export function envelopeJson(
     'id' | 'eventType' | 'aggregateType' | 'aggregateId' | 'createdAt' | 'payload' | 'payloadJson' | 'headers'
   > &
     Partial<Pick<OutboxEvent, 'replayId'>>,
+  payloadRef?: PayloadRef,
 ): string {
   const headers = checkedHeaders(event);
-  const payload =
-    event.payloadJson === undefined ? JSON.stringify(event.payload) : compactJson(event.payloadJson);
-  if (typeof payload !== 'string' || payload.length === 0) {
-    throw new MessageBuildError('payload is not JSON text');
+  let payloadField: string;
+  if (payloadRef) {
+    // The claim check: the payload is in S3, the message says where.
+    payloadField = `"payloadRef":${JSON.stringify(payloadRef)}`;
+  } else {
+    const payload =
+      event.payloadJson === undefined ? JSON.stringify(event.payload) : compactJson(event.payloadJson);
+    if (typeof payload !== 'string' || payload.length === 0) {
+      throw new MessageBuildError('payload is not JSON text');
+    }
+    payloadField = `"payload":${payload}`;
   }
   return (
     `{"id":${JSON.stringify(event.id)},"type":${JSON.stringify(event.eventType)}` +
     `,"aggregateType":${JSON.stringify(event.aggregateType)},"aggregateId":${JSON.stringify(event.aggregateId)}` +
-    `,"occurredAt":"${occurredAt(event)}","payload":${payload},"headers":${JSON.stringify(headers)}` +
+    `,"occurredAt":"${occurredAt(event)}",${payloadField},"headers":${JSON.stringify(headers)}` +
     // The replay marker, only on a replay: an original message is unchanged.
     `${event.replayId ? `,"replayId":${JSON.stringify(event.replayId)}` : ''}}`
   );
@@ -171,8 +180,11 @@ function traceOf(event: Pick<OutboxEvent, 'headers'>): TraceContext | undefined 
  * event with trace context also gets the `AWSTraceHeader` system attribute
  * (X-Ray format), which SQS does not count towards the message size.
  */
-export function sqsMessage(event: OutboxEvent, options: { fifo: boolean }): SqsMessage {
-  const body = envelopeJson(event);
+export function sqsMessage(
+  event: OutboxEvent,
+  options: { fifo: boolean; payloadRef?: PayloadRef | undefined },
+): SqsMessage {
+  const body = envelopeJson(event, options.payloadRef);
   const attributes: Record<string, MessageAttributeValue> = {
     eventId: attribute(event.id),
     eventType: attribute(event.eventType),
@@ -222,13 +234,13 @@ export function eventBridgeEntrySize(entry: PutEventsRequestEntry): number {
  */
 export function eventBridgeMessage(
   event: OutboxEvent,
-  options: { busName: string; source: string },
+  options: { busName: string; source: string; payloadRef?: PayloadRef | undefined },
 ): EventBridgeMessage {
   const entry: PutEventsRequestEntry = {
     EventBusName: options.busName,
     Source: options.source,
     DetailType: event.eventType,
-    Detail: envelopeJson(event),
+    Detail: envelopeJson(event, options.payloadRef),
   };
   const trace = traceOf(event);
   const traceHeader = trace

@@ -5,6 +5,7 @@ import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { aggregateKey, heldBack } from './batching.js';
 import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
+import { type LargePayloadOptions, PayloadStore } from './claim-check.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
 import { type RouteConfig, RouteTable, type TargetConfig, targetConflicts, targetKey } from './routes.js';
 import { SqsTransport } from './sqs-transport.js';
@@ -211,6 +212,13 @@ export interface AwsPublisherOptions extends RoutingPublisherOptions {
   concurrency: number;
   /** Called once per API call. */
   onCall?: () => void;
+  /**
+   * The claim check: an event whose message is over its target's limit has
+   * its payload stored in this S3 bucket and the message carries a pointer
+   * (`payloadRef`); consumers fetch it (docs/consumer.md, "Large payloads").
+   * Without it such events are dead-lettered.
+   */
+  largePayloads?: LargePayloadOptions | undefined;
 }
 
 /**
@@ -223,6 +231,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
   if (conflicts.length > 0) throw new ConfigError('routes', conflicts.join('; '));
   const limit = pLimit(options.concurrency);
   const schedule = <T>(call: () => Promise<T>) => limit(call);
+  const payloads = options.largePayloads ? new PayloadStore(options.largePayloads) : undefined;
   const targets = new Map<string, TargetConfig>();
   for (const route of options.routes) for (const t of route.targets) targets.set(targetKey(t), t);
   const transports = [...targets].map(
@@ -234,6 +243,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             maxMessageBytes: target.maxMessageBytes,
             schedule,
             onCall: options.onCall,
+            payloads,
           })
         : new EventBridgeTransport({
             client: options.eventBridge,
@@ -242,6 +252,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             key,
             schedule,
             onCall: options.onCall,
+            payloads,
           }),
   );
   return new RoutingPublisher(new RouteTable(options.routes), transports, options);

@@ -14,6 +14,8 @@ import {
   sendBatchOrSplit,
   sendOrdered,
 } from './batching.js';
+import { NO_BUCKET_HINT, type PayloadStore, storePayloads } from './claim-check.js';
+import type { PayloadRef } from './envelope.js';
 import { sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
@@ -29,6 +31,8 @@ export interface SqsTransportOptions {
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   /** Counts API calls (benchmarks report calls per 1,000 events). */
   onCall?: (() => void) | undefined;
+  /** Stores payloads whose message is over `maxMessageBytes` in S3 (the claim check); without it such events fail. */
+  payloads?: PayloadStore | undefined;
 }
 
 /**
@@ -73,22 +77,29 @@ export class SqsTransport implements Transport {
   async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
     const results = new Map<string, TargetResult>();
     const sendable: Prepared[] = [];
-    events.forEach((event, i) => {
+    const oversize: OutboxEvent[] = [];
+    const payloads = this.options.payloads;
+    const entryIds = new Map(events.map((event, i) => [event.id, `e${i}`]));
+    const prepare = (event: OutboxEvent, payloadRef?: PayloadRef) => {
       let message: ReturnType<typeof sqsMessage>;
       try {
-        message = sqsMessage(event, { fifo: this.fifo });
+        message = sqsMessage(event, { fifo: this.fifo, payloadRef });
       } catch (error) {
         results.set(event.id, buildFailure(error));
         return;
       }
       const invalid = invalidCharacterIn(message.entry);
       if (message.bytes > this.maxBytes) {
+        if (payloads && !payloadRef) {
+          oversize.push(event);
+          return;
+        }
         results.set(event.id, {
           ok: false,
           retryable: false,
           environment: false,
           code: 'MessageTooLarge',
-          error: `message is ${message.bytes} bytes, over the queue's limit of ${this.maxBytes} bytes`,
+          error: `message is ${message.bytes} bytes, over the queue's limit of ${this.maxBytes} bytes${payloads ? '' : NO_BUCKET_HINT}`,
         });
       } else if (invalid) {
         results.set(event.id, {
@@ -99,9 +110,23 @@ export class SqsTransport implements Transport {
           error: `${invalid} holds a character SQS does not accept`,
         });
       } else {
-        sendable.push({ event, entry: { ...message.entry, Id: `e${i}` }, bytes: message.bytes });
+        sendable.push({
+          event,
+          entry: { ...message.entry, Id: entryIds.get(event.id) },
+          bytes: message.bytes,
+        });
       }
-    });
+    };
+    for (const event of events) prepare(event);
+    if (payloads && oversize.length > 0) {
+      // The claim check: the payload goes to S3, the message carries a pointer.
+      const schedule = this.options.schedule ?? ((call) => call());
+      const refs = await storePayloads(oversize, payloads, schedule, context, results);
+      for (const event of oversize) {
+        const ref = refs.get(event.id);
+        if (ref) prepare(event, ref);
+      }
+    }
     if (context.ordered) {
       // A FIFO queue enqueues one call's messages of a group in the order
       // listed, so an aggregate's run shares a call; a standard queue keeps

@@ -8,6 +8,7 @@
 
 export { loadRelayConfig, parseRoutes, type RelayConfig } from '../config/relay-config.js';
 export type { CircuitBreakerOptions, CircuitChange, CircuitState } from '../publish/circuit-breaker.js';
+export type { LargePayloadOptions } from '../publish/claim-check.js';
 export { NullPublisher } from '../publish/null-publisher.js';
 export { type AwsPublisherOptions, createAwsPublisher, type RoutingPublisher } from '../publish/router.js';
 export type { RouteConfig, TargetConfig } from '../publish/routes.js';

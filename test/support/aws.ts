@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { S3Client } from '@aws-sdk/client-s3';
 import {
   CreateQueueCommand,
   DeleteMessageBatchCommand,
@@ -16,7 +17,13 @@ const credentials = { accessKeyId: 'test', secretAccessKey: 'test' };
 export function awsClients() {
   const endpoint = inject('awsEndpoint');
   const config = { endpoint, region: 'us-east-1', credentials, maxAttempts: 2 };
-  return { endpoint, sqs: new SQSClient(config), eventBridge: new EventBridgeClient(config) };
+  return {
+    endpoint,
+    sqs: new SQSClient(config),
+    eventBridge: new EventBridgeClient(config),
+    // Path-style: emulators do not resolve <bucket>.<host> names.
+    s3: new S3Client({ ...config, forcePathStyle: true }),
+  };
 }
 
 /** A queue name no other test file uses. */

@@ -2,6 +2,7 @@ import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type pg from 'pg';
 import type { CircuitBreakerOptions } from '../../lib/publish/circuit-breaker.js';
+import type { LargePayloadOptions } from '../../lib/publish/claim-check.js';
 import { createAwsPublisher } from '../../lib/publish/router.js';
 import type { RouteConfig } from '../../lib/publish/routes.js';
 import type { RelayOptions } from '../../lib/relay/options.js';
@@ -18,7 +19,12 @@ export function emulatorRelay(
   clients: { sqs: SQSClient; eventBridge: EventBridgeClient },
   routes: RouteConfig[],
   options: RelayOptions = {},
-  extra: { circuit?: CircuitBreakerOptions; now?: () => number; onCall?: () => void } = {},
+  extra: {
+    circuit?: CircuitBreakerOptions;
+    now?: () => number;
+    onCall?: () => void;
+    largePayloads?: LargePayloadOptions;
+  } = {},
 ) {
   const log = captureLogger();
   const metrics = captureMetrics();
@@ -30,6 +36,7 @@ export function emulatorRelay(
     concurrency: 4,
     circuit: extra.circuit,
     onCall: extra.onCall,
+    largePayloads: extra.largePayloads,
   });
   const relay = new Relay({
     db: pool,
