@@ -8,6 +8,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
+import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   CreateSecretCommand,
   GetSecretValueCommand,
@@ -113,6 +114,40 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
     const consumerLines = await new LogTail(stack, 'consumer', startedAt).poll();
     expect(consumerLines.some((l) => l.startsWith('START RequestId'))).toBe(true);
     expect(consumerLines.join('\n')).not.toMatch(/You are running node v\d+/);
+  }, 120_000);
+
+  it('a payload too large for a message goes through S3 and reaches the deployed consumer', async () => {
+    const orderId = randomUUID();
+    // 400 KiB: over the 256 KiB of the queue and of the bus.
+    const payload = {
+      orderId,
+      customerId: 'c',
+      totalCents: 1,
+      currency: 'SEK',
+      notes: 'n'.repeat(400 * 1024),
+    };
+    const eventId = await enqueueEvent(
+      db.pool,
+      { aggregateType: 'order', aggregateId: orderId, eventType: 'order.created', payload },
+      { largePayloads: true },
+    );
+    await until('the large event to be consumed', async () => {
+      const { rows } = await db.pool.query(`SELECT order_id FROM order_notifications WHERE event_id = $1`, [
+        eventId,
+      ]);
+      return rows[0]?.order_id === orderId;
+    });
+    const { rows } = await db.pool.query(
+      'SELECT dead_lettered_at, last_error FROM outbox_events WHERE id = $1',
+      [eventId],
+    );
+    expect(rows[0]).toMatchObject({ dead_lettered_at: null });
+    // The relay stored it under payloads/<event id>, encrypted by the bucket's default.
+    const s3 = new S3Client({ ...emulatorClientConfig(stack.endpoint), forcePathStyle: true });
+    const stored = await s3.send(
+      new GetObjectCommand({ Bucket: stack.outputs.PayloadBucketName, Key: `payloads/${eventId}` }),
+    );
+    expect(JSON.parse((await stored.Body?.transformToString()) as string)).toEqual(payload);
   }, 120_000);
 
   it('a dead letter is redriven with `serverless invoke -f redrive` (dry run, then for real) and published', async () => {
@@ -231,6 +266,7 @@ describe('least privilege, enforced by the emulator', () => {
       sqs: new SQSClient(config),
       events: new EventBridgeClient(config),
       secrets: new SecretsManagerClient(config),
+      s3: new S3Client({ ...config, forcePathStyle: true }),
     };
   }
   const denied = { name: expect.stringMatching(/AccessDenied|NotAuthorized|Unauthorized/i) };
@@ -241,6 +277,27 @@ describe('least privilege, enforced by the emulator', () => {
         { EventBusName: stack.outputs.OutboxBusName, Source: 'outbox', DetailType: 'x', Detail: '{}' },
       ],
     });
+
+  const putPayload = (key: string) =>
+    new PutObjectCommand({ Bucket: stack.outputs.PayloadBucketName, Key: key, Body: '{"x":1}' });
+  const getPayload = (key: string) =>
+    new GetObjectCommand({ Bucket: stack.outputs.PayloadBucketName, Key: key });
+
+  it('the relay may only write large payloads, the consumer only read them, redrive and cleanup neither', async () => {
+    const key = `payloads/${randomUUID()}`;
+    const relay = await as('relay');
+    await expect(relay.s3.send(putPayload(key))).resolves.toBeDefined();
+    await expect(relay.s3.send(getPayload(key))).rejects.toMatchObject(denied);
+    const consumer = await as('consumer');
+    const read = await consumer.s3.send(getPayload(key));
+    expect(await read.Body?.transformToString()).toBe('{"x":1}');
+    await expect(consumer.s3.send(putPayload(`payloads/${randomUUID()}`))).rejects.toMatchObject(denied);
+    for (const fn of ['redrive', 'cleanup'] as const) {
+      const { s3 } = await as(fn);
+      await expect(s3.send(putPayload(`payloads/${randomUUID()}`))).rejects.toMatchObject(denied);
+      await expect(s3.send(getPayload(key))).rejects.toMatchObject(denied);
+    }
+  }, 60_000);
 
   it('each role reads the database secret, and nothing else in Secrets Manager', async () => {
     const admin = new SecretsManagerClient(emulatorClientConfig(stack.endpoint));
