@@ -193,6 +193,41 @@ describe('large payloads through S3 (the claim check)', () => {
     expect(seen[0]?.payload).toEqual(payload);
   });
 
+  it('ordered, to a FIFO queue and a bus: one PUT for both targets, and the aggregate stays in order', async () => {
+    const fifo = await createQueue(aws.sqs, `${uniqueName('large-fifo')}.fifo`);
+    const aggregate = (payload: unknown) =>
+      enqueueEvent(
+        db.pool,
+        { aggregateType: 'order', aggregateId: 'o-ordered', eventType: 'order.created', payload },
+        { largePayloads: true },
+      );
+    const bigId = await aggregate(bigPayload(400 * 1024, 'first'));
+    const smallId = await aggregate({ tag: 'second' });
+    const relayS3 = countingS3();
+    const { relay } = emulatorRelay(
+      db.pool,
+      aws,
+      [
+        {
+          match: '*',
+          targets: [
+            { type: 'sqs', queueUrl: fifo.url },
+            { type: 'eventbridge', busName: bus },
+          ],
+        },
+      ],
+      { ordering: 'aggregate' },
+      { largePayloads: { bucket, s3: relayS3.s3 } },
+    );
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 2, deadLettered: 0, retried: 0 });
+    expect(relayS3.calls).toEqual(['PutObjectCommand']);
+    const event = await receiveRecords(fifo, 2);
+    expect(event.Records.map((r) => JSON.parse(r.body).id)).toEqual([bigId, smallId]);
+    const seen: Envelope[] = [];
+    expect(await consumerWith(aws.s3, seen).handleSqsEvent(event)).toMatchObject({ processed: 2 });
+    expect(seen.map((e) => (e.payload as { tag: string }).tag)).toEqual(['first', 'second']);
+  });
+
   it('fails a record whose object is missing (retryable), or does not match its hash, and handles nothing', async () => {
     const missingId = await write(bigPayload(400 * 1024, 'missing'));
     const alteredId = await write(bigPayload(400 * 1024, 'altered'));

@@ -95,6 +95,35 @@ describe('loadRelayConfig', () => {
   });
 });
 
+describe('loadRelayConfig: large payloads', () => {
+  it('reads the bucket and prefix; without a bucket there are none', () => {
+    expect(loadRelayConfig({ OUTBOX_ROUTES: routes }).largePayloads).toBeUndefined();
+    expect(
+      loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_LARGE_PAYLOAD_BUCKET: 'my-payloads' }).largePayloads,
+    ).toEqual({ bucket: 'my-payloads', prefix: 'payloads' });
+    expect(
+      loadRelayConfig({
+        OUTBOX_ROUTES: routes,
+        OUTBOX_LARGE_PAYLOAD_BUCKET: 'my-payloads',
+        OUTBOX_LARGE_PAYLOAD_PREFIX: '/outbox/large/',
+      }).largePayloads,
+    ).toEqual({ bucket: 'my-payloads', prefix: 'outbox/large' });
+  });
+
+  it('refuses a bad bucket name or prefix, naming the variable', () => {
+    expect(() =>
+      loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_LARGE_PAYLOAD_BUCKET: 'My_Bucket' }),
+    ).toThrow(/^OUTBOX_LARGE_PAYLOAD_BUCKET: expected an S3 bucket name/);
+    expect(() =>
+      loadRelayConfig({
+        OUTBOX_ROUTES: routes,
+        OUTBOX_LARGE_PAYLOAD_BUCKET: 'b-1',
+        OUTBOX_LARGE_PAYLOAD_PREFIX: 'a b',
+      }),
+    ).toThrow(/^OUTBOX_LARGE_PAYLOAD_PREFIX: expected a key prefix/);
+  });
+});
+
 describe('parseRoutes', () => {
   it('accepts routes built in code or given as JSON text', () => {
     const parsed = parseRoutes(JSON.parse(routes));
