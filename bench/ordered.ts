@@ -51,7 +51,7 @@ import { migrate } from '../lib/db/migrate.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import { RELAY_DEFAULTS } from '../lib/relay/options.js';
 import { Relay } from '../lib/relay/relay.js';
-import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
+import { startLocalAws } from '../scripts/local/aws-emulator.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 
 const HOT = Number(process.env.BENCH_HOT ?? 10_000);
@@ -97,16 +97,26 @@ const pool = new pg.Pool({ connectionString: url, max: 10 });
 // penalized against earlier ones.
 let sqs: SQSClient;
 let eventBridge: EventBridgeClient;
+/** An emulator given from outside (AWS_ENDPOINT_URL) is used for every drain. */
+const external = process.env.AWS_ENDPOINT_URL;
 async function withEmulator<T>(work: () => Promise<T>): Promise<T> {
   const aws = await startLocalAws({ emulator: 'ministack', log });
   try {
-    useLocalAwsEnv(aws.endpoint);
-    sqs = new SQSClient({ maxAttempts: 3 });
-    eventBridge = new EventBridgeClient({});
+    // Clients point at this emulator explicitly: AWS_ENDPOINT_URL stays unset,
+    // or the next startLocalAws would reuse this one instead of starting afresh.
+    const config = {
+      endpoint: aws.endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+    };
+    sqs = new SQSClient({ ...config, maxAttempts: 3 });
+    eventBridge = new EventBridgeClient(config);
     return await work();
   } finally {
     sqs.destroy();
     eventBridge.destroy();
+    await aws.stop();
+    if (external === undefined) delete process.env.AWS_ENDPOINT_URL;
   }
 }
 
