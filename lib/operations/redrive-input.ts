@@ -29,6 +29,38 @@ export const instant = z.iso
   .transform((value) => new Date(value));
 
 /**
+ * The filters every operator action on stored events shares (redrive,
+ * discard, replay): ids, event type, aggregate. One definition, so their
+ * limits cannot drift apart.
+ */
+export const eventFilterFields = {
+  /** Event ids. Any 8-4-4-4-12 hex id, like the write API accepts (not only RFC 4122 versions). */
+  ids: z
+    .array(z.guid({ error: 'must be a UUID' }), { error: 'must be an array of UUIDs' })
+    .min(1, 'must list at least one id (leave it out to filter by other fields)')
+    .max(MAX_REDRIVE_LIMIT, `must list at most ${MAX_REDRIVE_LIMIT} ids`)
+    .optional(),
+  eventType: text(MAX_EVENT_TYPE_LENGTH).optional(),
+  aggregateType: text(MAX_AGGREGATE_TYPE_LENGTH).optional(),
+  aggregateId: text(MAX_AGGREGATE_ID_LENGTH).optional(),
+};
+
+/** How much, whether for real, and who asked: shared like the filters. */
+export const batchFields = {
+  limit: z
+    .number({ error: 'must be a number' })
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(MAX_REDRIVE_LIMIT, `must be at most ${MAX_REDRIVE_LIMIT}`)
+    .optional(),
+  dryRun: flag.optional(),
+  /** Required (true) when no filter is given: act on every matching event, up to `limit`. */
+  all: flag.optional(),
+  /** Who asked, for the audit log (and a replay's audit row). */
+  requestedBy: text(256).optional(),
+};
+
+/**
  * The redrive request as JSON (the Lambda invoke payload, or the CLI's flags).
  * Strict: an unknown key is an error, so a misspelt filter (`eventtype`)
  * cannot silently widen a redrive to every dead letter.
@@ -41,30 +73,12 @@ export const redriveInputSchema = z.strictObject({
    * `discarded_at` / `discarded_by` until retention deletes them).
    */
   action: z.enum(['redrive', 'discard'], { error: 'must be "redrive" or "discard"' }).optional(),
-  /** Event ids. Any 8-4-4-4-12 hex id, like the write API accepts (not only RFC 4122 versions). */
-  ids: z
-    .array(z.guid({ error: 'must be a UUID' }), { error: 'must be an array of UUIDs' })
-    .min(1, 'must list at least one id (leave it out to filter by other fields)')
-    .max(MAX_REDRIVE_LIMIT, `must list at most ${MAX_REDRIVE_LIMIT} ids`)
-    .optional(),
-  eventType: text(MAX_EVENT_TYPE_LENGTH).optional(),
-  aggregateType: text(MAX_AGGREGATE_TYPE_LENGTH).optional(),
-  aggregateId: text(MAX_AGGREGATE_ID_LENGTH).optional(),
+  ...eventFilterFields,
   /** Dead-lettered at or after this instant. */
   deadLetteredAfter: instant.optional(),
   /** Dead-lettered strictly before this instant. */
   deadLetteredBefore: instant.optional(),
-  limit: z
-    .number({ error: 'must be a number' })
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(MAX_REDRIVE_LIMIT, `must be at most ${MAX_REDRIVE_LIMIT}`)
-    .optional(),
-  dryRun: flag.optional(),
-  /** Required (true) when no filter is given: redrive every dead letter, up to `limit`. */
-  all: flag.optional(),
-  /** Who asked, for the audit log. */
-  requestedBy: text(256).optional(),
+  ...batchFields,
 });
 
 /** What a caller may pass to {@link parseRedriveInput} (JSON types). */

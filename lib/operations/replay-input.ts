@@ -1,17 +1,11 @@
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import {
-  MAX_AGGREGATE_ID_LENGTH,
-  MAX_AGGREGATE_TYPE_LENGTH,
-  MAX_EVENT_TYPE_LENGTH,
-} from '../outbox/limits.js';
-import {
+  batchFields,
   DEFAULT_REDRIVE_LIMIT,
-  flag,
+  eventFilterFields,
   instant,
-  MAX_REDRIVE_LIMIT,
   requestError,
-  text,
 } from './redrive-input.js';
 
 /**
@@ -23,15 +17,7 @@ import {
 export const replayInputSchema = z.strictObject({
   /** `replay`; optional for the library call, required by the redrive function to choose a replay. */
   action: z.literal('replay', { error: 'must be "replay"' }).optional(),
-  /** Event ids. Any 8-4-4-4-12 hex id, like the write API accepts. */
-  ids: z
-    .array(z.guid({ error: 'must be a UUID' }), { error: 'must be an array of UUIDs' })
-    .min(1, 'must list at least one id (leave it out to filter by other fields)')
-    .max(MAX_REDRIVE_LIMIT, `must list at most ${MAX_REDRIVE_LIMIT} ids`)
-    .optional(),
-  eventType: text(MAX_EVENT_TYPE_LENGTH).optional(),
-  aggregateType: text(MAX_AGGREGATE_TYPE_LENGTH).optional(),
-  aggregateId: text(MAX_AGGREGATE_ID_LENGTH).optional(),
+  ...eventFilterFields,
   /** First published at or after this instant (the original publication, not a replay's). */
   publishedAfter: instant.optional(),
   /** First published strictly before this instant. */
@@ -40,17 +26,7 @@ export const replayInputSchema = z.strictObject({
   createdAfter: instant.optional(),
   /** Written strictly before this instant. */
   createdBefore: instant.optional(),
-  limit: z
-    .number({ error: 'must be a number' })
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(MAX_REDRIVE_LIMIT, `must be at most ${MAX_REDRIVE_LIMIT}`)
-    .optional(),
-  dryRun: flag.optional(),
-  /** Required (true) when no filter is given: replay every published event, up to `limit`. */
-  all: flag.optional(),
-  /** Who asked; stored in the audit row (`outbox_replays.requested_by`) and logged. */
-  requestedBy: text(256).optional(),
+  ...batchFields,
 });
 
 /** What a caller may pass to {@link parseReplayInput} (JSON types). */
