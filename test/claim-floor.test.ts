@@ -21,29 +21,44 @@ function recordingPublisher() {
   return { publisher, batches };
 }
 
-describe('unordered claims while draining a backlog start at the last claim’s lowest seq', () => {
-  it('a row that committed late below that point is still published, by the next claim from the start', async () => {
-    // The straggler takes its seq first and commits after the backlog was claimed.
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let straggler = '';
-    let inserted!: () => void;
-    const insertedYet = new Promise<void>((resolve) => {
-      inserted = resolve;
-    });
-    const late = withTransaction(db.pool, async (client) => {
-      straggler = await enqueueEvent(client, {
+/**
+ * An event written in a transaction left open: it has its seq, lower than
+ * anything written after, but is invisible until `commit()`.
+ */
+async function lateCommit(): Promise<{ straggler: string; commit: () => Promise<void> }> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let inserted!: (id: string) => void;
+  const insertedId = new Promise<string>((resolve) => {
+    inserted = resolve;
+  });
+  const late = withTransaction(db.pool, async (client) => {
+    inserted(
+      await enqueueEvent(client, {
         aggregateType: 'order',
         aggregateId: 'late',
         eventType: 'order.created',
         payload: { late: true },
-      });
-      inserted();
-      await released;
-    });
-    await insertedYet;
+      }),
+    );
+    await released;
+  });
+  const straggler = await insertedId;
+  return {
+    straggler,
+    commit: async () => {
+      release();
+      await late;
+    },
+  };
+}
+
+describe('unordered claims while draining a backlog start at the last claim’s lowest seq', () => {
+  it('a row that committed late below that point is still published, by the next claim from the start', async () => {
+    // The straggler takes its seq first and commits after the backlog was claimed.
+    const { straggler, commit } = await lateCommit();
     const backlog = await insertEvents(db.pool, 30);
     const { publisher, batches } = recordingPublisher();
     const relay = new Relay({
@@ -53,8 +68,7 @@ describe('unordered claims while draining a backlog start at the last claim’s 
     });
 
     await relay.processBatch(); // from the start: rows 1-10 of the backlog
-    release();
-    await late;
+    await commit();
     // Now the straggler is committed, with the lowest seq of all pending rows.
     for (let i = 0; i < 6; i++) await relay.processBatch();
 
@@ -72,26 +86,7 @@ describe('unordered claims while draining a backlog start at the last claim’s 
 
   it('one claim in 20 looks from the start even while the backlog lasts', async () => {
     await db.pool.query('TRUNCATE outbox_events');
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let inserted!: () => void;
-    const insertedYet = new Promise<void>((resolve) => {
-      inserted = resolve;
-    });
-    let straggler = '';
-    const late = withTransaction(db.pool, async (client) => {
-      straggler = await enqueueEvent(client, {
-        aggregateType: 'order',
-        aggregateId: 'late',
-        eventType: 'order.created',
-        payload: { late: true },
-      });
-      inserted();
-      await released;
-    });
-    await insertedYet;
+    const { straggler, commit } = await lateCommit();
     await insertEvents(db.pool, 300);
     const { publisher, batches } = recordingPublisher();
     const relay = new Relay({
@@ -101,8 +96,7 @@ describe('unordered claims while draining a backlog start at the last claim’s 
       now: () => 0, // the once-a-second rule never fires
     });
     await relay.processBatch();
-    release();
-    await late;
+    await commit();
     for (let i = 1; i < 21; i++) await relay.processBatch();
     // Claims 2-20 started at the floor; claim 21 looked from the start.
     expect(batches.slice(0, 20).flat()).not.toContain(straggler);

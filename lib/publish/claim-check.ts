@@ -91,7 +91,7 @@ export class PayloadStore {
  * flight limit) and the publish deadline; it does not count towards the
  * target's circuit breaker.
  */
-export async function storePayloads(
+async function storePayloads(
   events: readonly OutboxEvent[],
   store: PayloadStore,
   schedule: <T>(call: () => Promise<T>) => Promise<T>,
@@ -116,3 +116,24 @@ export async function storePayloads(
 /** Why an oversize message fails when no bucket is configured. */
 export const NO_BUCKET_HINT =
   "; large payloads can go through S3: set OUTBOX_LARGE_PAYLOAD_BUCKET (the publisher's largePayloads option)";
+
+/**
+ * The claim check within one target's send: stores the payloads of the
+ * events found too large for the target and prepares each of them again,
+ * this time with its pointer. Nothing to do without a store or such events.
+ */
+export async function prepareWithPointers(
+  oversize: readonly OutboxEvent[],
+  store: PayloadStore | undefined,
+  schedule: (<T>(call: () => Promise<T>) => Promise<T>) | undefined,
+  context: SendContext,
+  results: Map<string, TargetResult>,
+  prepare: (event: OutboxEvent, payloadRef: PayloadRef) => void,
+): Promise<void> {
+  if (!store || oversize.length === 0) return;
+  const refs = await storePayloads(oversize, store, schedule ?? ((call) => call()), context, results);
+  for (const event of oversize) {
+    const ref = refs.get(event.id);
+    if (ref) prepare(event, ref);
+  }
+}

@@ -14,7 +14,7 @@ import {
   sendBatchOrSplit,
   sendOrdered,
 } from './batching.js';
-import { NO_BUCKET_HINT, type PayloadStore, storePayloads } from './claim-check.js';
+import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
 import type { PayloadRef } from './envelope.js';
 import { eventBridgeMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
@@ -91,15 +91,8 @@ export class EventBridgeTransport implements Transport {
       }
     };
     for (const event of events) prepare(event);
-    if (payloads && oversize.length > 0) {
-      // The claim check: the payload goes to S3, the entry carries a pointer.
-      const schedule = this.options.schedule ?? ((call) => call());
-      const refs = await storePayloads(oversize, payloads, schedule, context, results);
-      for (const event of oversize) {
-        const ref = refs.get(event.id);
-        if (ref) prepare(event, ref);
-      }
-    }
+    // The claim check: the payload goes to S3, the entry carries a pointer.
+    await prepareWithPointers(oversize, payloads, this.options.schedule, context, results, prepare);
     if (context.ordered) {
       // PutEvents promises no order among a call's entries, so one event per
       // aggregate per call: an aggregate's next event is put only once the
