@@ -239,7 +239,7 @@ const render = async () => {
     say(`status failed: ${(error as Error).message}`);
   }
 };
-let statusTimer = setInterval(render, tty ? 1000 : 5000);
+const statusTimer = setInterval(render, tty ? 1000 : 5000);
 
 // --- stopping -----------------------------------------------------------------
 async function stop(reason: string, drainMs = 0) {
@@ -289,5 +289,3 @@ if (opts.duration > 0) {
     if (!stopping) void stop(`--duration ${opts.duration}s`, 120_000);
   });
 }
-// Keep the reference used (biome): the timer is cleared in stop().
-statusTimer = statusTimer.ref();

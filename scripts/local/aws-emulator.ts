@@ -161,7 +161,7 @@ export interface StackEmulator {
 }
 
 /** Pids of `pid`'s descendants, read from /proc (Linux). */
-export function descendants(pid: number): number[] {
+function descendants(pid: number): number[] {
   const children = new Map<number, number[]>();
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;

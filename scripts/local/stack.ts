@@ -169,30 +169,6 @@ export async function invokeFunction(
   return { statusCode: response.StatusCode, functionError: response.FunctionError, payload: parsed };
 }
 
-/** One function's log lines since `since`, from the emulator's CloudWatch Logs. */
-export async function functionLogs(stack: DeployedStack, name: string, since: number): Promise<string[]> {
-  const logs = new CloudWatchLogsClient(emulatorClientConfig(stack.endpoint));
-  const lines: string[] = [];
-  let nextToken: string | undefined;
-  try {
-    do {
-      const page = await logs.send(
-        new FilterLogEventsCommand({
-          logGroupName: `/aws/lambda/${stack.functionName(name as 'relay')}`,
-          startTime: since,
-          nextToken,
-        }),
-      );
-      for (const event of page.events ?? []) if (event.message) lines.push(event.message);
-      nextToken = page.nextToken;
-    } while (nextToken);
-  } catch (error) {
-    if ((error as Error).name === 'ResourceNotFoundException') return [];
-    throw error;
-  }
-  return lines;
-}
-
 /** The JSON log lines (Powertools) among `lines`. */
 export function jsonLines(lines: readonly string[]): Array<Record<string, unknown>> {
   const out: Array<Record<string, unknown>> = [];
