@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/db-cost.ts`: what the outbox costs where it runs.
+ * `npm run bench:db-cost` (part of `npm run bench`): what the outbox costs where it runs.
  *
  * - db_ms_per_1000: the database's own time (pg_stat_statements: execution +
  *   planning) for the relay's claim and outcome statements per 1,000 events

@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/ordered.ts`: ordered mode's throughput (issue 9, point 1),
+ * `npm run bench:ordered` (part of `npm run bench`): ordered mode's throughput (issue 9, point 1),
  * against the local PostgreSQL (a database of its own, `outbox_bench_ordered`)
  * and MiniStack's SQS: a fresh MiniStack process and a fresh FIFO queue for
  * every drain (MiniStack's FIFO sends slow down with the messages a queue

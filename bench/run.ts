@@ -1,10 +1,10 @@
 /**
- * `npm run bench`: relay throughput, latency, claim cost and memory, against
+ * `npm run bench:core` (the first part of `npm run bench`): relay throughput, latency, claim cost and memory, against
  * the real PostgreSQL and an AWS emulator, compared with the reference
  * article's relay in the same run. Prints a table, writes bench/results.json.
  * Sized for a 2-core machine; takes about two to three minutes.
  *
- * `BENCH_ONLY=claim npm run bench` runs only the claim figures (no emulator,
+ * `BENCH_ONLY=claim npm run bench:core` runs only the claim figures (no emulator,
  * about a minute) and merges them into bench/results.json, keeping the other
  * keys as the last full run left them.
  */
@@ -24,10 +24,10 @@ import { createAwsPublisher } from '../lib/publish/router.js';
 import type { Publisher } from '../lib/publish/types.js';
 import { listenSignal } from '../lib/relay/notifier.js';
 import { Relay } from '../lib/relay/relay.js';
-import { claimBatch } from '../lib/sql/claim-batch.js';
 import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { baselineBatch } from './baseline.js';
+import { claimMs } from './claim-ms.js';
 
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
 const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 20);
@@ -339,41 +339,16 @@ const full = ONLY === undefined ? await drainAndLatency() : undefined;
 
 // --- claim cost vs history --------------------------------------------------
 log('claim_ms: empty table vs 1,000,000 processed rows');
-/** Median of 200 claims of 100 rows, each rolled back so the table stays as it was. */
-async function claimMs(db: pg.Pool = pool, ordered = false): Promise<number> {
-  const times: number[] = [];
-  const client = await db.connect();
-  try {
-    for (let i = 0; i < 200; i++) {
-      await client.query('BEGIN');
-      const started = performance.now();
-      await claimBatch(client, {
-        limit: 100,
-        leaseMs: 60_000,
-        leaseId: randomUUID(),
-        maxAttempts: 20,
-        ordered,
-        deadLetterPolicy: 'block',
-      });
-      times.push(performance.now() - started);
-      await client.query('ROLLBACK'); // leave the table as it was
-    }
-  } finally {
-    client.release();
-  }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)] as number;
-}
 await pool.query('TRUNCATE outbox_events');
 await fillBacklog(1000); // 1,000 pending rows to claim from, in both cases
-const claimEmpty = await claimMs();
+const claimEmpty = await claimMs(pool);
 await pool.query(
   `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, attempts, processed_at)
    SELECT gen_random_uuid(), 'order', 'order-' || (g % 5000), 'order.created', '{"n":1}', 1, now() - interval '1 hour'
    FROM generate_series(1, 1000000) g`,
 );
 await pool.query('VACUUM ANALYZE outbox_events');
-const claimMillion = await claimMs();
+const claimMillion = await claimMs(pool);
 
 // --- ordered claim: fresh table, and a blocked aggregate's long tail --------
 // A database of its own: TRUNCATE keeps a table's statistics, and "fresh"
@@ -394,7 +369,7 @@ const analyzed = await fresh.query(
    FROM pg_stat_user_tables WHERE relname = 'outbox_events'`,
 );
 if (analyzed.rows[0].analyzed) throw new Error('ordered_fresh: outbox_events was analyzed');
-const claimOrderedFresh = await claimMs(fresh, true);
+const claimOrderedFresh = await claimMs(fresh, { ordered: true });
 
 log('claim_ms.ordered_blocked: 1,000,000 rows behind one blocked aggregate, plus 100 others');
 await fresh.query('TRUNCATE outbox_events');
@@ -410,9 +385,9 @@ await fresh.query(
    SELECT gen_random_uuid(), 'order', 'order-' || (g % 100), 'order.created', jsonb_build_object('n', g)
    FROM generate_series(1, 1000) g`,
 );
-const claimOrderedBlockedFresh = await claimMs(fresh, true);
+const claimOrderedBlockedFresh = await claimMs(fresh, { ordered: true });
 await fresh.query('VACUUM ANALYZE outbox_events');
-const claimOrderedBlocked = await claimMs(fresh, true);
+const claimOrderedBlocked = await claimMs(fresh, { ordered: true });
 await fresh.end();
 await dropDatabase(postgres.adminUrl, 'outbox_bench_fresh');
 
