@@ -191,6 +191,42 @@ describe('runCleanup', () => {
     expect(report.outboxEvents.deleted).toBe(report.outboxEvents.statements * 10);
   });
 
+  it('maxRowsPerSecond spreads the deletes: 3,000 rows at 2,000/s take at least 1.5 s, all deleted; without it, a fraction of that', async () => {
+    await outboxRows(3_000, { processedDaysAgo: 10 });
+    let started = performance.now();
+    const capped = await runCleanup(
+      { db: db.pool, options: { batchSize: 500, maxRowsPerSecond: 2_000 } },
+      { remainingMs: plenty },
+    );
+    const cappedMs = performance.now() - started;
+    expect(capped).toMatchObject({ finished: true, outboxEvents: { deleted: 3_000, statements: 7 } });
+    expect(cappedMs).toBeGreaterThanOrEqual(1_500);
+
+    await outboxRows(3_000, { processedDaysAgo: 10 });
+    started = performance.now();
+    const free = await runCleanup({ db: db.pool, options: { batchSize: 500 } }, { remainingMs: plenty });
+    expect(free.outboxEvents.deleted).toBe(3_000);
+    expect(performance.now() - started).toBeLessThan(cappedMs / 2);
+  });
+
+  it('a rate limit never waits past the safety margin: the run stops unfinished instead', async () => {
+    await outboxRows(3_000, { processedDaysAgo: 10 });
+    const deadline = Date.now() + 2_000;
+    const report = await runCleanup(
+      { db: db.pool, options: { batchSize: 500, maxRowsPerSecond: 100, safetyMarginMs: 1_000 } },
+      { remainingMs: () => deadline - Date.now() },
+    );
+    // 500 rows at 100/s would be due 5 s in; the margin begins 1 s in.
+    expect(Date.now()).toBeLessThan(deadline);
+    expect(report).toMatchObject({ finished: false, outboxEvents: { deleted: 500, statements: 1 } });
+  });
+
+  it('a rate limit of 0 or below is refused', async () => {
+    await expect(
+      runCleanup({ db: db.pool, options: { maxRowsPerSecond: 0 } }, { remainingMs: plenty }),
+    ).rejects.toThrow(/^maxRowsPerSecond: expected a number of rows > 0, or null \(got 0\)$/);
+  });
+
   it('dead letters are deleted only when a retention is configured, by dead_lettered_at against a pinned now', async () => {
     await db.pool.query(
       `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dead_lettered_at)
@@ -281,6 +317,7 @@ describe('loadCleanupConfig', () => {
         PROCESSED_EVENTS_RETENTION_DAYS: '45',
         OUTBOX_DEAD_LETTER_RETENTION_DAYS: '365',
         CLEANUP_BATCH_SIZE: '2000',
+        CLEANUP_MAX_ROWS_PER_SECOND: '20000',
       }),
     ).toEqual({
       outboxRetentionDays: 14,
@@ -288,7 +325,9 @@ describe('loadCleanupConfig', () => {
       deadLetterRetentionDays: 365,
       batchSize: 2000,
       safetyMarginMs: undefined,
+      maxRowsPerSecond: 20000,
     });
+    expect(loadCleanupConfig({}).maxRowsPerSecond).toBeNull();
     expect(loadCleanupConfig({}).deadLetterRetentionDays).toBeNull();
   });
 
@@ -297,6 +336,9 @@ describe('loadCleanupConfig', () => {
       /^OUTBOX_RETENTION_DAYS: expected an integer from 0 to 3650 \(got "a week"\)$/,
     );
     expect(() => loadCleanupConfig({ CLEANUP_BATCH_SIZE: '0' })).toThrow(/^CLEANUP_BATCH_SIZE: /);
+    expect(() => loadCleanupConfig({ CLEANUP_MAX_ROWS_PER_SECOND: '0' })).toThrow(
+      /^CLEANUP_MAX_ROWS_PER_SECOND: /,
+    );
     expect(() => loadCleanupConfig({ OUTBOX_DEAD_LETTER_RETENTION_DAYS: '-1' })).toThrow(
       expect.objectContaining({ name: 'ConfigError', variable: 'OUTBOX_DEAD_LETTER_RETENTION_DAYS' }),
     );

@@ -13,6 +13,7 @@ const SQS_MAX_RETENTION_DAYS = 14;
  * - `OUTBOX_DEAD_LETTER_RETENTION_DAYS` (unset: dead letters are kept until redriven)
  * - `OUTBOX_REPLAY_RETENTION_DAYS` (default 365: replay audit rows; never while an event of theirs waits)
  * - `CLEANUP_BATCH_SIZE` (default 5000), `CLEANUP_SAFETY_MARGIN_MS` (default 10000)
+ * - `CLEANUP_MAX_ROWS_PER_SECOND` (unset: no limit)
  *
  * @example
  * const options = loadCleanupConfig({ OUTBOX_RETENTION_DAYS: '14' });
@@ -26,6 +27,7 @@ export function loadCleanupConfig(env: Env = process.env): CleanupOptions {
     replayRetentionDays: readVar(env, 'OUTBOX_REPLAY_RETENTION_DAYS', intVar(1, 36500)),
     batchSize: readVar(env, 'CLEANUP_BATCH_SIZE', intVar(1, 50_000)),
     safetyMarginMs: readVar(env, 'CLEANUP_SAFETY_MARGIN_MS', intVar(0, 900_000)),
+    maxRowsPerSecond: readVar(env, 'CLEANUP_MAX_ROWS_PER_SECOND', intVar(1, 10_000_000)) ?? null,
   };
   const dedupeDays = options.processedEventsRetentionDays;
   if (dedupeDays !== undefined && dedupeDays < SQS_MAX_RETENTION_DAYS) {

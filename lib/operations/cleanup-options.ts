@@ -1,3 +1,5 @@
+import { ConfigError } from '../errors.js';
+
 /** Cleanup settings as a caller gives them; every field has a default. */
 export interface CleanupOptions {
   /** Days a published outbox row is kept. Default 7. */
@@ -19,6 +21,13 @@ export interface CleanupOptions {
   batchSize?: number;
   /** Stop starting batches when less than this much invocation time is left. Default 10 s. */
   safetyMarginMs?: number;
+  /**
+   * At most this many rows deleted per second, over the run (it waits between
+   * batches when ahead), so cleanup leaves the database's CPU and disk to the
+   * business workload and the relay. `null` (the default): as fast as the
+   * database goes.
+   */
+  maxRowsPerSecond?: number | null;
 }
 
 export type ResolvedCleanupOptions = Required<CleanupOptions>;
@@ -30,10 +39,16 @@ export const CLEANUP_DEFAULTS: ResolvedCleanupOptions = {
   replayRetentionDays: 365,
   batchSize: 5_000,
   safetyMarginMs: 10_000,
+  maxRowsPerSecond: null,
 };
 
 /** Fills in defaults; the one place where they are decided. */
 export function resolveCleanupOptions(options: CleanupOptions = {}): ResolvedCleanupOptions {
   const defined = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
-  return { ...CLEANUP_DEFAULTS, ...defined };
+  const resolved: ResolvedCleanupOptions = { ...CLEANUP_DEFAULTS, ...defined };
+  const rate = resolved.maxRowsPerSecond;
+  if (rate !== null && !(Number.isFinite(rate) && rate > 0)) {
+    throw new ConfigError('maxRowsPerSecond', `expected a number of rows > 0, or null (got ${rate})`);
+  }
+  return resolved;
 }

@@ -121,12 +121,22 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   ];
 
   const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
+  let deletedInRun = 0;
   for (const [name, task, deleteBatch] of tasks) {
     if (!task) continue;
     while (!task.finished && timeLeft()) {
+      const waited = await keepUnderRate(
+        options.maxRowsPerSecond,
+        deletedInRun,
+        started,
+        run,
+        options.safetyMarginMs,
+      );
+      if (waited && !timeLeft()) break;
       const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize);
       task.statements++;
       task.deleted += deleted;
+      deletedInRun += deleted;
       // A short batch means nothing older than the cutoff is left (or what is
       // left is locked by an overlapping cleanup, which will delete it).
       task.finished = deleted < options.batchSize;
@@ -167,4 +177,24 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   if (report.finished) logger.info('cleanup finished', counts);
   else logger.warn('cleanup stopped early: time budget nearly spent; the next run continues', counts);
   return report;
+}
+
+/**
+ * With a rate limit, waits until the rows deleted so far in this run fit
+ * under it (never past the point where the safety margin begins: the loop
+ * then stops, unfinished, and the next run continues). True if it waited.
+ */
+async function keepUnderRate(
+  maxRowsPerSecond: number | null,
+  deleted: number,
+  started: number,
+  run: CleanupRunOptions,
+  safetyMarginMs: number,
+): Promise<boolean> {
+  if (maxRowsPerSecond === null || deleted === 0) return false;
+  const dueAtMs = (deleted / maxRowsPerSecond) * 1000;
+  const waitMs = Math.min(dueAtMs - (performance.now() - started), run.remainingMs() - safetyMarginMs);
+  if (waitMs <= 0) return false;
+  await new Promise((resolve) => setTimeout(resolve, waitMs));
+  return true;
 }
