@@ -36,7 +36,7 @@ export interface RelayConfig {
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
- *   `OUTBOX_MAX_PENDING_AGE_MS`
+ *   `OUTBOX_MAX_PENDING_AGE_MS`, `OUTBOX_PUBLISHED_ROWS` (`keep` | `delete`: what becomes of a published row)
  * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
  *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
@@ -70,6 +70,11 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
     idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
+    publishedRows: readVar(
+      env,
+      'OUTBOX_PUBLISHED_ROWS',
+      z.enum(['keep', 'delete'], { error: 'expected "keep" or "delete"' }).optional(),
+    ),
   };
   if (ordering === 'aggregate') {
     const standard = routes

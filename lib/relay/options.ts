@@ -46,6 +46,15 @@ export interface RelayOptions {
    * dead-lettered once it is older than this. Default 24 h.
    */
   maxPendingAgeMs?: number;
+  /**
+   * What becomes of a published row. `keep` (default): it is marked published
+   * and stays until cleanup deletes it after the retention; replay and
+   * audits can use it. `delete`: the outcome deletes it, which costs the
+   * database about half of marking it and leaves cleanup nothing to do for
+   * outbox rows; published events can then not be replayed from the table.
+   * Retried and dead-lettered rows stay in both modes.
+   */
+  publishedRows?: 'keep' | 'delete';
 }
 
 export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff'>> & { backoff: BackoffPolicy };
@@ -63,6 +72,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   idleWaitMs: 200,
   idleWaitMinMs: 10,
   maxPendingAgeMs: 86_400_000,
+  publishedRows: 'keep',
 };
 
 /** Fills in defaults; the one place where they are decided. */

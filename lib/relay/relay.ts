@@ -428,7 +428,7 @@ export class Relay {
   private async complete(leaseId: string, completions: Completion[]): Promise<Set<string>> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await completeBatch(this.deps.db, leaseId, completions);
+        return await completeBatch(this.deps.db, leaseId, completions, this.options.publishedRows);
       } catch (error) {
         if (attempt >= 3) throw error;
         this.logger.warn('recording outcomes failed; retrying', { error: String(error), try: attempt });

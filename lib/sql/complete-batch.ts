@@ -26,8 +26,9 @@ export type Completion =
 // A refunded retry gives back the attempt the claim counted: an outage is
 // not the event's fault (the claim still counts a lease that expires with no
 // outcome, so a relay that keeps crashing on an event dead-letters it).
-const COMPLETE = `
-UPDATE outbox_events e
+// The outcome columns of a row that is kept: published (unless published
+// rows are deleted), retried or dead-lettered.
+const OUTCOME_SET = `
 SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     attempts = CASE WHEN o.status = 'retry' AND o.refund THEN greatest(e.attempts - 1, 0) ELSE e.attempts END,
     waiting_for = CASE WHEN o.status = 'retry' THEN o.waiting_for END,
@@ -36,12 +37,39 @@ SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     last_error = CASE WHEN o.status = 'published' THEN e.last_error ELSE o.error END,
     delivered_targets = CASE WHEN o.status = 'published' THEN '{}'::text[] ELSE o.delivered END,
     locked_until = NULL,
-    locked_by = NULL
-FROM jsonb_to_recordset($1::jsonb)
-  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[])
+    locked_by = NULL`;
+
+const OUTCOMES = `jsonb_to_recordset($1::jsonb)
+  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[])`;
+
+const COMPLETE = `
+UPDATE outbox_events e
+${OUTCOME_SET}
+FROM ${OUTCOMES}
 WHERE e.id = o.id
   AND e.locked_by = $2::uuid
 RETURNING e.id`;
+
+// publishedRows 'delete': published rows go, the others are updated as above.
+// Two data-modifying CTEs on disjoint rows of one table, in one statement.
+const COMPLETE_DELETING_PUBLISHED = `
+WITH o AS (SELECT * FROM ${OUTCOMES}),
+gone AS (
+  DELETE FROM outbox_events e
+  USING o
+  WHERE e.id = o.id AND o.status = 'published'
+    AND e.locked_by = $2::uuid
+  RETURNING e.id),
+kept AS (
+  UPDATE outbox_events e
+  ${OUTCOME_SET}
+  FROM o
+  WHERE e.id = o.id AND o.status <> 'published'
+    AND e.locked_by = $2::uuid
+  RETURNING e.id)
+SELECT id FROM gone
+UNION ALL
+SELECT id FROM kept`;
 
 // The common case, every event of the batch published, as a plain id list:
 // cheaper for the database than building rows from JSON.
@@ -56,6 +84,14 @@ WHERE id = ANY($1::uuid[])
   AND locked_by = $2::uuid
 RETURNING id`;
 
+// A published row finished with no trace: no new row version, no index
+// entries, nothing left for cleanup (docs/operations.md, "Published rows").
+const DELETE_ALL_PUBLISHED = `
+DELETE FROM outbox_events
+WHERE id = ANY($1::uuid[])
+  AND locked_by = $2::uuid
+RETURNING id`;
+
 /**
  * Records the outcomes of a claimed batch, only for rows still leased to
  * `leaseId`. Returns the ids it recorded; a missing id means the lease was
@@ -65,13 +101,15 @@ export async function completeBatch(
   db: Queryable,
   leaseId: string,
   completions: readonly Completion[],
+  publishedRows: 'keep' | 'delete' = 'keep',
 ): Promise<Set<string>> {
   if (completions.length === 0) return new Set();
+  const deletePublished = publishedRows === 'delete';
   if (completions.every((c) => c.status === 'published')) {
-    const { rows } = await db.query<{ id: string }>(COMPLETE_ALL_PUBLISHED, [
-      completions.map((c) => c.id),
-      leaseId,
-    ]);
+    const { rows } = await db.query<{ id: string }>(
+      deletePublished ? DELETE_ALL_PUBLISHED : COMPLETE_ALL_PUBLISHED,
+      [completions.map((c) => c.id), leaseId],
+    );
     return new Set(rows.map((r) => r.id));
   }
   const payload = completions.map((c) => ({
@@ -83,6 +121,9 @@ export async function completeBatch(
     refund: c.status === 'retry' && c.refund,
     waiting_for: c.status === 'retry' && c.waitingFor?.length ? c.waitingFor : null,
   }));
-  const { rows } = await db.query<{ id: string }>(COMPLETE, [JSON.stringify(payload), leaseId]);
+  const { rows } = await db.query<{ id: string }>(deletePublished ? COMPLETE_DELETING_PUBLISHED : COMPLETE, [
+    JSON.stringify(payload),
+    leaseId,
+  ]);
   return new Set(rows.map((r) => r.id));
 }
