@@ -4,7 +4,9 @@
  * - db_ms_per_1000: the database's own time (pg_stat_statements: execution +
  *   planning) for the relay's claim and outcome statements per 1,000 events
  *   relayed, beside the article's relay (bench/baseline.ts) on the same
- *   backlog. Null publisher, so only the database work differs.
+ *   backlog. Null publisher, so only the database work differs. Beside it:
+ *   cleanup deleting those rows later, and the relay with
+ *   OUTBOX_PUBLISHED_ROWS=delete (no later cleanup of outbox rows).
  * - cpu_ms_per_1000: the relay process's user + system CPU per 1,000 events
  *   published to MiniStack's SQS and EventBridge, measured inside a child
  *   process (bench/db-cost-child.ts) so the emulator's CPU is not counted.
@@ -37,6 +39,7 @@ import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { build } from 'esbuild';
 import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
+import { runCleanup } from '../lib/operations/cleanup.js';
 import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
 import { freePort } from '../scripts/local/free-port.js';
 import { ensureNode22 } from '../scripts/local/node22.js';
@@ -228,7 +231,7 @@ async function statementCosts(): Promise<StatementCost[]> {
   return rows.map((r) => ({
     kind: /SKIP LOCKED/i.test(r.query)
       ? 'claim'
-      : /^\s*UPDATE\s+outbox_events/i.test(r.query)
+      : /^\s*(UPDATE\s+outbox_events|DELETE\s+FROM\s+outbox_events|WITH\s+o\s+AS)/i.test(r.query)
         ? 'outcome'
         : 'other',
     calls: r.calls,
@@ -312,9 +315,28 @@ async function dbCost() {
       `outcome ${relayPer.outcome.toFixed(1)}), server CPU ${((relayServerCpu / relay.published) * 1000).toFixed(1)}`,
   );
 
+  // What keeping published rows costs later: cleanup deleting them (its
+  // DELETEs walk the processed_at index FOR UPDATE SKIP LOCKED; every
+  // statement of the run counts). VACUUM afterwards is autovacuum's.
+  log('db_ms_per_1000: cleanup deleting those published rows (retention 0)');
+  await pool.query('SELECT pg_stat_statements_reset()');
+  const cleanup = await runCleanup(
+    { db: pool, options: { outboxRetentionDays: 0, safetyMarginMs: 0 } },
+    { remainingMs: () => 600_000 },
+  );
+  if (cleanup.outboxEvents.deleted !== BACKLOG) {
+    throw new Error(`cleanup deleted ${cleanup.outboxEvents.deleted} of ${BACKLOG}`);
+  }
+  const cleanupPer = perThousand(await statementCosts(), BACKLOG);
+  log(`  ${cleanupPer.total.toFixed(1)} ms per 1,000 rows deleted`);
+
   /** The same drain in another shape: one worker (statements never wait for each other), a fillfactor. */
   async function relayVariant(label: string, relayOptions: object, fillfactor?: number) {
     log(`db_ms_per_1000: relay, ${label}`);
+    // The table's own storage options (the migrations set fillfactor 50), put back afterwards.
+    const { rows: before } = await pool.query(
+      `SELECT coalesce(reloptions, '{}') AS options FROM pg_class WHERE oid = 'outbox_events'::regclass`,
+    );
     if (fillfactor) await pool.query(`ALTER TABLE outbox_events SET (fillfactor = ${fillfactor})`);
     await freshBacklog(BACKLOG);
     await pool.query('SELECT pg_stat_statements_reset()');
@@ -325,7 +347,12 @@ async function dbCost() {
     await settle();
     const cpu = serverCpuMs() - cpuBefore;
     const costs = await statementCosts();
-    if (fillfactor) await pool.query('ALTER TABLE outbox_events RESET (fillfactor)');
+    if (fillfactor) {
+      const own = (before[0].options as string[]).find((o) => o.startsWith('fillfactor='));
+      await pool.query(
+        own ? `ALTER TABLE outbox_events SET (${own})` : 'ALTER TABLE outbox_events RESET (fillfactor)',
+      );
+    }
     const per = perThousand(costs, r.published);
     const updatesAfter = await updates();
     const hotShare = (updatesAfter.hot - updatesBefore.hot) / (updatesAfter.all - updatesBefore.all);
@@ -344,6 +371,13 @@ async function dbCost() {
   }
   const oneWorker = await relayVariant('1 worker (batch 500)', { workers: 1 });
   const fillfactor50 = await relayVariant('fillfactor 50 (4 workers, batch 500)', {}, 50);
+  const deletePublished = await relayVariant('published rows deleted (4 workers, batch 500)', {
+    publishedRows: 'delete',
+  });
+  const deletePublishedOneWorker = await relayVariant('published rows deleted, 1 worker (batch 500)', {
+    publishedRows: 'delete',
+    workers: 1,
+  });
 
   log(`db_ms_per_1000: baseline (bench/baseline.ts), ${BACKLOG} events, null publisher`);
   await freshBacklog(BACKLOG);
@@ -391,6 +425,16 @@ async function dbCost() {
     relay_server_cpu: round((relayServerCpu / relay.published) * 1000),
     relay_one_worker: oneWorker,
     relay_fillfactor_50: fillfactor50,
+    // OUTBOX_PUBLISHED_ROWS=delete: the outcome deletes published rows, and
+    // cleanup has none to delete. Compare with relay + cleanup.
+    relay_delete_published: deletePublished,
+    relay_delete_published_one_worker: deletePublishedOneWorker,
+    cleanup: round(cleanupPer.total),
+    relay_with_cleanup: round(relayPer.total + cleanupPer.total),
+    delete_published_ratio_to_relay_with_cleanup: round(
+      deletePublished.total / (relayPer.total + cleanupPer.total),
+      2,
+    ),
     baseline_server_cpu: round((baselineServerCpu / done) * 1000),
     server_cpu_ratio: round(relayServerCpu / relay.published / (baselineServerCpu / done), 3),
   };
@@ -771,6 +815,12 @@ const rows: Array<[string, number | undefined, string]> = [
   ['db_ms_per_1000.relay', results.db_ms_per_1000?.relay, '<= 20'],
   ['db_ms_per_1000.baseline', results.db_ms_per_1000?.baseline, ''],
   ['db_ms_per_1000.ratio', results.db_ms_per_1000?.ratio, '<= 0.1'],
+  [
+    'db_ms_per_1000.relay_delete_published.total',
+    results.db_ms_per_1000?.relay_delete_published?.total,
+    '<= 20',
+  ],
+  ['db_ms_per_1000.relay_with_cleanup', results.db_ms_per_1000?.relay_with_cleanup, ''],
   ['cpu_ms_per_1000.sqs', results.cpu_ms_per_1000?.sqs, '<= 30'],
   ['cpu_ms_per_1000.eventbridge', results.cpu_ms_per_1000?.eventbridge, '<= 30'],
   ['cpu_ms_per_1000.null_publisher', results.cpu_ms_per_1000?.null_publisher, ''],
