@@ -20,7 +20,7 @@ async function buildPool(): Promise<pg.Pool> {
 }
 
 /**
- * Scheduled daily: deletes rows past their retention in bounded batches and
+ * Scheduled hourly: deletes rows past their retention in bounded batches and
  * stops before the invocation's time runs out. The report is logged and its
  * counts are emitted as metrics (OutboxEventsDeleted, ProcessedEventsDeleted,
  * DeadLettersDeleted, CleanupUnfinished).

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
+import { resolveRelayOptions } from '../lib/relay/options.js';
 import { claimBatch } from '../lib/sql/claim-batch.js';
 import { completeBatch } from '../lib/sql/complete-batch.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
@@ -94,6 +95,36 @@ describe("publishedRows: 'delete'", () => {
       expect(got).toEqual(sent);
     }
   });
+
+  it('ordered mode: events behind an undelivered head keep their rows (recorded after it); the other aggregate is published and deleted', async () => {
+    const fifo = await createQueue(aws.sqs, `${uniqueName('published-rows')}.fifo`);
+    const missing = `${aws.endpoint}/000000000000/${uniqueName('does-not-exist')}.fifo`;
+    const { relay } = emulatorRelay(
+      db.pool,
+      aws,
+      [
+        { match: 'invoice.*', targets: [{ type: 'sqs', queueUrl: missing }] },
+        { match: '*', targets: [{ type: 'sqs', queueUrl: fifo.url }] },
+      ],
+      { publishedRows: 'delete', ordering: 'aggregate' },
+    );
+    // Aggregate a-0: a head whose queue is missing, then two events for the
+    // queue that works. They reach it (the head never goes there, so its
+    // order holds), but are recorded only after the head: rows stay.
+    const [head, ...behind] = [
+      ...(await insertEvents(db.pool, 1, () => ({ aggregateId: 'a-0', eventType: 'invoice.sent' }))),
+      ...(await insertEvents(db.pool, 2, () => ({ aggregateId: 'a-0' }))),
+    ] as [string, string, string];
+    const free = await insertEvents(db.pool, 3, () => ({ aggregateId: 'a-1' }));
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 3, deadLettered: 0 });
+    const rows = await eventRows(db.pool);
+    expect(rows.map((r) => r.id)).toEqual([head, ...behind]);
+    expect(rows.every((r) => r.processed_at === null && r.dead_lettered_at === null)).toBe(true);
+    expect(rows.map((r) => r.delivered_targets.length)).toEqual([0, 1, 1]);
+    const received = (await drainQueue(aws.sqs, fifo.url, 5)).map((m) => JSON.parse(m.Body as string));
+    expect(received.filter((e) => e.aggregateId === 'a-1').map((e) => e.id)).toEqual(free);
+    expect(received.filter((e) => e.aggregateId === 'a-0').map((e) => e.id)).toEqual(behind);
+  });
 });
 
 describe('completeBatch with published rows deleted', () => {
@@ -168,6 +199,10 @@ describe('OUTBOX_PUBLISHED_ROWS', () => {
     ).toBe('delete');
     expect(() => loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_PUBLISHED_ROWS: 'drop' })).toThrow(
       /^OUTBOX_PUBLISHED_ROWS: expected "keep" or "delete"/,
+    );
+    // From JavaScript, where the type does not stop it: refused, never taken as keep.
+    expect(() => resolveRelayOptions({ publishedRows: 'Delete' as 'delete' })).toThrow(
+      /^publishedRows: expected "keep" or "delete" \(got "Delete"\)$/,
     );
   });
 });

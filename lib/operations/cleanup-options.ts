@@ -22,10 +22,10 @@ export interface CleanupOptions {
   /** Stop starting batches when less than this much invocation time is left. Default 10 s. */
   safetyMarginMs?: number;
   /**
-   * At most this many rows deleted per second, over the run (it waits between
-   * batches when ahead), so cleanup leaves the database's CPU and disk to the
-   * business workload and the relay. `null` (the default): as fast as the
-   * database goes.
+   * At most this many rows deleted per second, over all tables: each batch
+   * is made to last at least its rows ÷ this, so cleanup leaves the
+   * database's CPU and disk to the business workload and the relay. `null`
+   * (the default): as fast as the database goes.
    */
   maxRowsPerSecond?: number | null;
 }

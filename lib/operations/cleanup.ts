@@ -121,26 +121,18 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   ];
 
   const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
-  let deletedInRun = 0;
   for (const [name, task, deleteBatch] of tasks) {
     if (!task) continue;
     while (!task.finished && timeLeft()) {
-      const waited = await keepUnderRate(
-        options.maxRowsPerSecond,
-        deletedInRun,
-        started,
-        run,
-        options.safetyMarginMs,
-      );
-      if (waited && !timeLeft()) break;
+      const batchStarted = performance.now();
       const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize);
       task.statements++;
       task.deleted += deleted;
-      deletedInRun += deleted;
       // A short batch means nothing older than the cutoff is left (or what is
       // left is locked by an overlapping cleanup, which will delete it).
       task.finished = deleted < options.batchSize;
       logger.debug('cleanup batch', { table: name, deleted, statement: task.statements });
+      await paceBatch(options.maxRowsPerSecond, deleted, batchStarted, run, options.safetyMarginMs);
     }
     if (!task.finished) {
       report.stoppedBecause = 'time';
@@ -180,21 +172,21 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
 }
 
 /**
- * With a rate limit, waits until the rows deleted so far in this run fit
- * under it (never past the point where the safety margin begins: the loop
- * then stops, unfinished, and the next run continues). True if it waited.
+ * With a rate limit, makes a batch of `deleted` rows last at least
+ * `deleted / maxRowsPerSecond` seconds, so no stretch of a run goes faster
+ * than the limit (there is no catching up after a slow one). Never waits
+ * past the point where the safety margin begins: the loop then stops,
+ * unfinished, and the next run continues.
  */
-async function keepUnderRate(
+async function paceBatch(
   maxRowsPerSecond: number | null,
   deleted: number,
-  started: number,
+  batchStarted: number,
   run: CleanupRunOptions,
   safetyMarginMs: number,
-): Promise<boolean> {
-  if (maxRowsPerSecond === null || deleted === 0) return false;
-  const dueAtMs = (deleted / maxRowsPerSecond) * 1000;
-  const waitMs = Math.min(dueAtMs - (performance.now() - started), run.remainingMs() - safetyMarginMs);
-  if (waitMs <= 0) return false;
-  await new Promise((resolve) => setTimeout(resolve, waitMs));
-  return true;
+): Promise<void> {
+  if (maxRowsPerSecond === null || deleted === 0) return;
+  const batchMs = (deleted / maxRowsPerSecond) * 1000;
+  const waitMs = Math.min(batchMs - (performance.now() - batchStarted), run.remainingMs() - safetyMarginMs);
+  if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
 }

@@ -1,3 +1,4 @@
+import { ConfigError } from '../errors.js';
 import type { BackoffPolicy } from './backoff.js';
 
 /** Relay settings as a caller gives them; every field has a default. */
@@ -50,8 +51,10 @@ export interface RelayOptions {
    * What becomes of a published row. `keep` (default): it is marked published
    * and stays until cleanup deletes it after the retention; replay and
    * audits can use it. `delete`: the outcome deletes it, which costs the
-   * database about half of marking it and leaves cleanup nothing to do for
-   * outbox rows; published events can then not be replayed from the table.
+   * database a fifth of what marking it does and leaves cleanup no published
+   * rows to delete; published events can then not be replayed from the
+   * table, and an event id given by a producer can be written again once its
+   * row is gone.
    * Retried and dead-lettered rows stay in both modes.
    */
   publishedRows?: 'keep' | 'delete';
@@ -81,5 +84,12 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
   const backoff = Object.fromEntries(
     Object.entries(options.backoff ?? {}).filter(([, v]) => v !== undefined),
   );
-  return { ...RELAY_DEFAULTS, ...defined, backoff: { ...RELAY_DEFAULTS.backoff, ...backoff } };
+  const resolved = { ...RELAY_DEFAULTS, ...defined, backoff: { ...RELAY_DEFAULTS.backoff, ...backoff } };
+  if (resolved.publishedRows !== 'keep' && resolved.publishedRows !== 'delete') {
+    throw new ConfigError(
+      'publishedRows',
+      `expected "keep" or "delete" (got ${JSON.stringify(resolved.publishedRows)})`,
+    );
+  }
+  return resolved;
 }
