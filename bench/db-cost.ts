@@ -43,6 +43,7 @@ import { runCleanup } from '../lib/operations/cleanup.js';
 import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
 import { freePort } from '../scripts/local/free-port.js';
 import { ensureNode22 } from '../scripts/local/node22.js';
+import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
 
 const run = promisify(execFile);
@@ -150,19 +151,7 @@ await pool.query('CREATE EXTENSION pg_stat_statements');
 const serverVersion = (await pool.query('SHOW server_version')).rows[0].server_version as string;
 
 /** The backlog of bench/run.ts: ~250-byte payloads, 50 aggregates. */
-async function fillBacklog(count: number, db: Pick<pg.Pool, 'query'> = pool) {
-  for (let start = 0; start < count; start += 50_000) {
-    await db.query(
-      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-       SELECT gen_random_uuid(), 'order', 'order-' || (g % 50), 'order.created',
-              jsonb_build_object('orderId', g, 'customerId', 'customer-' || (g % 997),
-                                 'totalCents', g * 7 % 100000, 'currency', 'SEK',
-                                 'note', repeat('x', 150))
-       FROM generate_series($1::int, $2::int) g`,
-      [start, Math.min(count, start + 50_000) - 1],
-    );
-  }
-}
+const fillBacklog = (count: number, db: Pick<pg.Pool, 'query'> = pool) => insertBacklog(db, count);
 
 /** An empty table (a new file: TRUNCATE), then the backlog, vacuumed and analyzed. */
 async function freshBacklog(count: number) {

@@ -43,6 +43,7 @@ import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
 import { runCleanup } from '../lib/operations/cleanup.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
+import { insertBacklog } from './backlog.js';
 import { claimMs } from './claim-ms.js';
 
 const HISTORY = Number(process.env.BENCH_HISTORY ?? 10_000_000);
@@ -72,17 +73,7 @@ const partPool = new pg.Pool({ connectionString: partUrl, max: 6 });
 
 /** `count` pending rows of 50 aggregates (payload as bench/run.ts's backlog), created now. */
 async function addPending(db: pg.Pool, count: number) {
-  for (let start = 0; start < count; start += 50_000) {
-    await db.query(
-      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-       SELECT gen_random_uuid(), 'order', 'order-' || (g % 50), 'order.created',
-              jsonb_build_object('orderId', g, 'customerId', 'customer-' || (g % 997),
-                                 'totalCents', g * 7 % 100000, 'currency', 'SEK',
-                                 'note', repeat('x', 150))
-       FROM generate_series($1::int, $2::int) g`,
-      [start, Math.min(count, start + 50_000) - 1],
-    );
-  }
+  await insertBacklog(db, count);
   await db.query('VACUUM ANALYZE outbox_events');
 }
 

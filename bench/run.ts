@@ -26,6 +26,7 @@ import { listenSignal } from '../lib/relay/notifier.js';
 import { Relay } from '../lib/relay/relay.js';
 import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
+import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
 import { claimMs } from './claim-ms.js';
 
@@ -70,18 +71,7 @@ const pool = new pg.Pool({ connectionString: url, max: 10 });
 
 async function fillBacklog(count: number) {
   await pool.query('TRUNCATE outbox_events');
-  // ~250-byte payloads, 50 aggregates; one statement per 50k rows.
-  for (let start = 0; start < count; start += 50_000) {
-    await pool.query(
-      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-       SELECT gen_random_uuid(), 'order', 'order-' || (g % 50), 'order.created',
-              jsonb_build_object('orderId', g, 'customerId', 'customer-' || (g % 997),
-                                 'totalCents', g * 7 % 100000, 'currency', 'SEK',
-                                 'note', repeat('x', 150))
-       FROM generate_series($1::int, $2::int) g`,
-      [start, Math.min(count, start + 50_000) - 1],
-    );
-  }
+  await insertBacklog(pool, count);
   await pool.query('VACUUM ANALYZE outbox_events');
 }
 
