@@ -71,6 +71,7 @@ const opts = new Command()
     '--broken-relay',
     'a single relay that reports events published without sending them: the run must fail',
   )
+  .option('--published-rows <mode>', 'keep | delete: OUTBOX_PUBLISHED_ROWS of the relays', 'keep')
   .option(
     '--out <file>',
     'where to write the results (default bench/chaos.json; --short: .local/chaos-short.json)',
@@ -85,6 +86,7 @@ const opts = new Command()
     duration?: number;
     faults: boolean;
     brokenRelay?: boolean;
+    publishedRows: string;
     out?: string;
   }>();
 
@@ -92,6 +94,11 @@ if (!['standard', 'fifo', 'both'].includes(opts.mode)) {
   console.error(`--mode: expected standard, fifo or both (got "${opts.mode}")`);
   process.exit(2);
 }
+if (opts.publishedRows !== 'keep' && opts.publishedRows !== 'delete') {
+  console.error(`--published-rows: expected keep or delete (got "${opts.publishedRows}")`);
+  process.exit(2);
+}
+const publishedRows: 'keep' | 'delete' = opts.publishedRows;
 // The SDK's notice that its 2027 releases need Node 22 (CI sets the same).
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const seed = opts.seed ?? Math.floor(Math.random() * 2 ** 31);
@@ -113,6 +120,7 @@ const modes: ModeSettings[] = [
     timing,
     drainTimeoutMs: short ? 60_000 : 120_000,
     brokenRelay: opts.brokenRelay ? 1 : undefined,
+    publishedRows,
   },
   {
     mode: 'fifo' as ChaosMode,
@@ -123,6 +131,7 @@ const modes: ModeSettings[] = [
     timing,
     drainTimeoutMs: short ? 60_000 : 120_000,
     brokenRelay: opts.brokenRelay ? 1 : undefined,
+    publishedRows,
   },
 ].filter((m) => opts.mode === 'both' || m.mode === opts.mode);
 
@@ -251,6 +260,7 @@ const report = {
     relays: RELAY_SETTINGS.relays,
     invocation_budget_ms: RELAY_SETTINGS.budgetMs,
     ...RELAY_SETTINGS.env,
+    OUTBOX_PUBLISHED_ROWS: publishedRows,
   },
   logs: path.relative(process.cwd(), logDir),
   modes: Object.fromEntries(results.map((r) => [r.mode, r])),

@@ -70,6 +70,8 @@ export class Producer {
   readonly rolledBack = new Set<string>();
   /** Events whose transaction's outcome is unknown (COMMIT failed); settled later from the table. */
   readonly uncertain = new Map<string, ProducedEvent>();
+  /** The transaction (its chaos_ledger row) of each uncertain event. */
+  readonly uncertainTx = new Map<string, string>();
   readonly counts = {
     transactions: 0,
     committed_transactions: 0,
@@ -191,8 +193,11 @@ export class Producer {
         for (const p of planned) this.rolledBack.add(p.event.id);
         return;
       }
-      // Outcome unknown (e.g. the connection failed at COMMIT): the table decides later.
-      for (const p of planned) this.uncertain.set(p.event.id, p.meta);
+      // Outcome unknown (e.g. the connection failed at COMMIT): the tables decide later.
+      for (const p of planned) {
+        this.uncertain.set(p.event.id, p.meta);
+        this.uncertainTx.set(p.event.id, txId);
+      }
       throw error;
     }
     if (kind === 'swallow') {
@@ -211,8 +216,14 @@ export class Producer {
     const first = this.plan(rng, aggregateId, rng.int(1, 2), true);
     this.counts.interleaved_pairs++;
     this.counts.transactions += 2;
+    const firstTxId = randomUUID();
     try {
       await withTransaction(this.options.pool, async (c1) => {
+        await c1.query('INSERT INTO chaos_ledger (tx_id, aggregate_id, events) VALUES ($1, $2, $3)', [
+          firstTxId,
+          aggregateId,
+          first.length,
+        ]);
         await enqueueEvents(
           c1,
           first.map((p) => p.event),
@@ -234,7 +245,10 @@ export class Producer {
         }
       });
     } catch (error) {
-      for (const p of first) this.uncertain.set(p.event.id, p.meta);
+      for (const p of first) {
+        this.uncertain.set(p.event.id, p.meta);
+        this.uncertainTx.set(p.event.id, firstTxId);
+      }
       throw error;
     }
     this.counts.committed_transactions++;

@@ -14,7 +14,7 @@ import { type FleetStats, RelayFleet } from './relays.js';
 import { createChaosTargets } from './resources.js';
 import type { Rng } from './rng.js';
 import { type ProxyCounts, TargetProxy } from './target-proxy.js';
-import { countLogLines, storedIds, tableState, verifyReceived } from './verify.js';
+import { committedTransactions, countLogLines, storedIds, tableState, verifyReceived } from './verify.js';
 
 export type ChaosMode = 'standard' | 'fifo';
 
@@ -31,6 +31,8 @@ export interface ModeSettings {
   drainTimeoutMs: number;
   /** Relay number that reports events published without sending them. */
   brokenRelay?: number;
+  /** OUTBOX_PUBLISHED_ROWS of the relays (default keep). */
+  publishedRows?: 'keep' | 'delete';
 }
 
 /** The relays' settings: serverless.yml's, with time compressed about 4× (see the README). */
@@ -179,6 +181,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       DATABASE_URL: databaseUrl,
       OUTBOX_ROUTES: JSON.stringify(targets.routes),
       OUTBOX_ORDERING: fifo ? 'aggregate' : 'none',
+      OUTBOX_PUBLISHED_ROWS: settings.publishedRows ?? 'keep',
       OUTBOX_EVENT_SOURCE: 'outbox',
       AWS_ENDPOINT_URL: ctx.awsEndpoint,
       // Only EventBridge goes through the proxy, so one target can fail alone.
@@ -251,11 +254,17 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     await fleet.stop();
 
     // The producer's view, settled where a COMMIT's outcome was unknown.
+    // An event row says its transaction committed; so does the transaction's
+    // business row, which stays when the relay deletes published rows.
     const uncertainIds = [...producer.uncertain.keys()];
     const storedUncertain = await storedIds(suitePool, uncertainIds);
+    const ledgered = await committedTransactions(suitePool, [...new Set(producer.uncertainTx.values())]);
+    let uncertainCommitted = 0;
     for (const [id, event] of producer.uncertain) {
-      if (storedUncertain.has(id)) producer.committed.set(id, event);
-      else producer.rolledBack.add(id);
+      if (storedUncertain.has(id) || ledgered.has(producer.uncertainTx.get(id) ?? '')) {
+        producer.committed.set(id, event);
+        uncertainCommitted++;
+      } else producer.rolledBack.add(id);
     }
     const rolledBackStored = (await storedIds(suitePool, [...producer.rolledBack])).size;
     const table = await tableState(suitePool);
@@ -292,8 +301,8 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       events_committed: producer.committed.size,
       events_rolled_back: producer.rolledBack.size,
       events_uncertain_settled: {
-        committed: storedUncertain.size,
-        rolled_back: uncertainIds.length - storedUncertain.size,
+        committed: uncertainCommitted,
+        rolled_back: uncertainIds.length - uncertainCommitted,
       },
       producer: producer.counts,
       produce_s: seconds(produceMs),

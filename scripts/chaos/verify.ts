@@ -124,6 +124,19 @@ export async function tableState(pool: Pool): Promise<TableState> {
   };
 }
 
+/** Which of `txIds` committed: their business row (chaos_ledger) exists. */
+export async function committedTransactions(pool: Pool, txIds: readonly string[]): Promise<Set<string>> {
+  const found = new Set<string>();
+  for (let i = 0; i < txIds.length; i += 5000) {
+    const { rows } = await pool.query<{ tx_id: string }>(
+      'SELECT tx_id::text FROM chaos_ledger WHERE tx_id = ANY($1::uuid[])',
+      [txIds.slice(i, i + 5000)],
+    );
+    for (const r of rows) found.add(r.tx_id);
+  }
+  return found;
+}
+
 /** Which of `ids` are rows of the outbox. */
 export async function storedIds(pool: Pool, ids: readonly string[]): Promise<Set<string>> {
   const found = new Set<string>();
