@@ -124,31 +124,23 @@ export async function tableState(pool: Pool): Promise<TableState> {
   };
 }
 
-/** Which of `txIds` committed: their business row (chaos_ledger) exists. */
-export async function committedTransactions(pool: Pool, txIds: readonly string[]): Promise<Set<string>> {
-  const found = new Set<string>();
-  for (let i = 0; i < txIds.length; i += 5000) {
-    const { rows } = await pool.query<{ tx_id: string }>(
-      'SELECT tx_id::text FROM chaos_ledger WHERE tx_id = ANY($1::uuid[])',
-      [txIds.slice(i, i + 5000)],
-    );
-    for (const r of rows) found.add(r.tx_id);
+/** Which of `ids` (uuids) `select` finds: it takes them as $1 and returns one `id` column. */
+async function found(pool: Pool, select: string, ids: readonly string[]): Promise<Set<string>> {
+  const present = new Set<string>();
+  for (let i = 0; i < ids.length; i += 5000) {
+    const { rows } = await pool.query<{ id: string }>(select, [ids.slice(i, i + 5000)]);
+    for (const r of rows) present.add(r.id);
   }
-  return found;
+  return present;
 }
 
+/** Which of `txIds` committed: their business row (chaos_ledger) exists. */
+export const committedTransactions = (pool: Pool, txIds: readonly string[]) =>
+  found(pool, 'SELECT tx_id::text AS id FROM chaos_ledger WHERE tx_id = ANY($1::uuid[])', txIds);
+
 /** Which of `ids` are rows of the outbox. */
-export async function storedIds(pool: Pool, ids: readonly string[]): Promise<Set<string>> {
-  const found = new Set<string>();
-  for (let i = 0; i < ids.length; i += 5000) {
-    const { rows } = await pool.query<{ id: string }>(
-      'SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[])',
-      [ids.slice(i, i + 5000)],
-    );
-    for (const r of rows) found.add(r.id);
-  }
-  return found;
-}
+export const storedIds = (pool: Pool, ids: readonly string[]) =>
+  found(pool, 'SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[])', ids);
 
 /** Counts, per pattern, the relay log lines that mention it (evidence for the report). */
 export function countLogLines(text: string, patterns: Record<string, RegExp>): Record<string, number> {
