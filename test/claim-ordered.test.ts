@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type ClaimParams, claimBatch, type Queryable } from '../lib/sql/claim-batch.js';
+import type { Queryable } from '../lib/db/queryable.js';
+import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();

@@ -1,4 +1,4 @@
-import type { ClientBase } from 'pg';
+import type { Queryable } from '../db/queryable.js';
 
 // Why it is shaped this way:
 // - It runs first in the record's transaction, before the handler, so the
@@ -22,7 +22,7 @@ ON CONFLICT (consumer, event_id) DO NOTHING`;
  * if (!(await markProcessed(tx, 'order-consumer', envelope.id, envelope.type))) return 'duplicate';
  */
 export async function markProcessed(
-  tx: Pick<ClientBase, 'query'>,
+  tx: Queryable,
   consumer: string,
   eventId: string,
   eventType: string,
@@ -44,7 +44,7 @@ ON CONFLICT (consumer, event_id, replay_id) DO NOTHING`;
  * Returns false when this consumer already handled this replay of the event.
  */
 export async function markReplayProcessed(
-  tx: Pick<ClientBase, 'query'>,
+  tx: Queryable,
   consumer: string,
   eventId: string,
   replayId: string,

@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 import pg from 'pg';
+import type { Queryable } from './queryable.js';
 
 /** The folder of numbered `.sql` migrations shipped with the project. */
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
@@ -58,10 +59,7 @@ export async function migrate(options: MigrateOptions): Promise<string[]> {
  * that LISTEN wake as soon as a producer commits; behind RDS Proxy (where
  * LISTEN pins connections) leave it off and rely on polling.
  */
-export async function setNotifyTrigger(
-  client: Pick<pg.ClientBase, 'query'>,
-  enabled: boolean,
-): Promise<void> {
+export async function setNotifyTrigger(client: Queryable, enabled: boolean): Promise<void> {
   await client.query(
     `ALTER TABLE outbox_events ${enabled ? 'ENABLE' : 'DISABLE'} TRIGGER outbox_events_notify`,
   );

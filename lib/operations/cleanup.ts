@@ -1,5 +1,5 @@
+import type { Queryable } from '../db/queryable.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
-import type { Queryable } from '../sql/claim-batch.js';
 import { deleteIdleAggregateLocks } from '../sql/cleanup-aggregate-locks.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
 import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';

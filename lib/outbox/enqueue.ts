@@ -1,11 +1,10 @@
-import type { ClientBase } from 'pg';
+import type { Queryable } from '../db/queryable.js';
 import { ValidationError } from '../errors.js';
 import { activeTraceHeaders, loadOpenTelemetry } from '../trace/opentelemetry.js';
 import type { NewOutboxEvent } from './types.js';
 import { type ValidateOptions, type ValidEvent, validateEvent } from './validate-event.js';
 
-/** Anything that can run a query: a `pg` client, usually inside a transaction. */
-export type Queryable = Pick<ClientBase, 'query'>;
+export type { Queryable } from '../db/queryable.js';
 
 export interface EnqueueOptions extends ValidateOptions {
   /**

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { guardPool, isConnectionLost, translateConnectionError } from '../db/connection-guard.js';
+import type { Queryable } from '../db/queryable.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
-import { claimBatch, type Queryable } from '../sql/claim-batch.js';
+import { claimBatch } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 import { releaseWaiting } from '../sql/release-waiting.js';

@@ -1,7 +1,5 @@
-import type { ClientBase } from 'pg';
+import type { Queryable } from '../db/queryable.js';
 import type { OutboxEvent } from '../outbox/types.js';
-
-export type Queryable = Pick<ClientBase, 'query'>;
 
 export interface ClaimParams {
   /** Most rows to claim. */

@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 // Rows of outbox_aggregate_locks carry no state: enqueueEvents inserts one
 // per aggregate the first time it sees it and from then on only locks it, so

@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 // Why they are shaped this way:
 // - One bounded statement per call, committed on its own: each batch holds

@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 // Same shape as the outbox cleanup (see cleanup-outbox-events.ts): one bounded,
 // self-committing statement per batch, oldest first through

@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 /** One dead letter as an operator sees it: what it is and why it failed. */
 export interface DeadLetter {

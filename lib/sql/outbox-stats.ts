@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 export interface OutboxStats {
   /** Unfinished events (not published, not dead-lettered). */

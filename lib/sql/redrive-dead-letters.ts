@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 /** Which dead letters an operator asked for; every field narrows, absent fields do not. */
 export interface DeadLetterFilter {

@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 // Why it is shaped this way:
 // - Runs once per recovery of a target, not per batch, so walking the pending

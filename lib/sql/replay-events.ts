@@ -1,4 +1,4 @@
-import type { Queryable } from './claim-batch.js';
+import type { Queryable } from '../db/queryable.js';
 
 /** Which published events an operator asked to replay; every field narrows, absent fields do not. */
 export interface ReplayFilter {
