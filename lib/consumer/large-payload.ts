@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import { GetObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { OutboxError } from '../errors.js';
+import { importOptional } from '../optional-dependency.js';
 import type { Envelope, PayloadRef } from '../publish/envelope.js';
 
 /**
@@ -35,6 +36,13 @@ export async function resolvePayload(
       `the message's payload is stored in S3 (${where}) but the consumer has no S3 client: pass the consumer option s3 (the reference stack sets OUTBOX_LARGE_PAYLOAD_BUCKET)`,
     );
   }
+  // Loaded here, not at import: a consumer that never sees a stored payload
+  // does not need the S3 client installed.
+  const { GetObjectCommand } = await importOptional(
+    '@aws-sdk/client-s3',
+    'the consumer option s3',
+    () => import('@aws-sdk/client-s3'),
+  );
   let bytes: Uint8Array;
   try {
     const response = await s3.send(new GetObjectCommand({ Bucket: ref.s3.bucket, Key: ref.s3.key }), {

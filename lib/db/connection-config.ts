@@ -1,10 +1,10 @@
 import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type pg from 'pg';
 import { z } from 'zod';
 import { boolVar, type Env, readVar } from '../config/env.js';
 import { ConfigError } from '../errors.js';
+import { importOptional } from '../optional-dependency.js';
 
 /**
  * TLS modes: how the connection is encrypted and what is verified (libpq's names):
@@ -119,7 +119,11 @@ export async function databaseConfig(env: Env = process.env): Promise<pg.PoolCon
     if (!host || !user) {
       throw new ConfigError('DATABASE_URL', 'RDS IAM authentication needs a host name and a user name');
     }
-    const { Signer } = await import('@aws-sdk/rds-signer');
+    const { Signer } = await importOptional(
+      '@aws-sdk/rds-signer',
+      'DATABASE_IAM_AUTH',
+      () => import('@aws-sdk/rds-signer'),
+    );
     const signer = new Signer({ hostname: host, port: port ?? 5432, username: user, region });
     // pg calls this whenever the server asks for a password, i.e. once per
     // new connection, so each connection signs a fresh token. A token is only
@@ -132,6 +136,12 @@ export async function databaseConfig(env: Env = process.env): Promise<pg.PoolCon
 }
 
 async function endpointFromSecret(secretArn: string): Promise<Endpoint> {
+  // Loaded only when a secret is used: a DATABASE_URL needs no AWS SDK.
+  const { GetSecretValueCommand, SecretsManagerClient } = await importOptional(
+    '@aws-sdk/client-secrets-manager',
+    'DATABASE_SECRET_ARN',
+    () => import('@aws-sdk/client-secrets-manager'),
+  );
   const client = new SecretsManagerClient({});
   let secret: z.infer<typeof secretSchema>;
   try {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { importOptional } from '../optional-dependency.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { guardedCall, payloadStoreFailure } from './batching.js';
 import type { PayloadRef } from './envelope.js';
@@ -57,6 +58,11 @@ export class PayloadStore {
     const pending = this.inFlight.get(event.id);
     if (pending) return pending;
     const promise = (async () => {
+      const { PutObjectCommand } = await importOptional(
+        '@aws-sdk/client-s3',
+        'largePayloads',
+        () => import('@aws-sdk/client-s3'),
+      );
       const body = Buffer.from(payloadText(event), 'utf8');
       const ref: PayloadRef = {
         s3: { bucket: this.bucket, key: this.keyFor(event.id) },

@@ -1,8 +1,5 @@
-import {
-  type EventBridgeClient,
-  PutEventsCommand,
-  type PutEventsRequestEntry,
-} from '@aws-sdk/client-eventbridge';
+import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import { importOptional } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
@@ -18,6 +15,17 @@ import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-
 import type { PayloadRef } from './envelope.js';
 import { eventBridgeMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
+
+/**
+ * The SDK's command classes, loaded at the first call: the caller brings the
+ * client, and a service that only writes events never loads the SDK.
+ */
+const loadEventBridge = () =>
+  importOptional(
+    '@aws-sdk/client-eventbridge',
+    'EventBridge targets',
+    () => import('@aws-sdk/client-eventbridge'),
+  );
 
 /** PutEvents takes at most 10 entries. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
@@ -119,6 +127,7 @@ export class EventBridgeTransport implements Transport {
   private callFor(results: Map<string, TargetResult>, context: SendContext) {
     const schedule = this.options.schedule ?? ((call) => call());
     return async (batch: Prepared[]) => {
+      const { PutEventsCommand } = await loadEventBridge();
       const response = await schedule(() =>
         guardedCall(context, (abortSignal) => {
           this.options.onCall?.();

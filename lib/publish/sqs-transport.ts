@@ -1,8 +1,5 @@
-import {
-  SendMessageBatchCommand,
-  type SendMessageBatchRequestEntry,
-  type SQSClient,
-} from '@aws-sdk/client-sqs';
+import type { SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
+import { importOptional } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
@@ -18,6 +15,13 @@ import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-
 import type { PayloadRef } from './envelope.js';
 import { sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
+
+/**
+ * The SDK's command classes, loaded at the first call: the caller brings the
+ * client, and a service that only writes events never loads the SDK.
+ */
+const loadSqs = () =>
+  importOptional('@aws-sdk/client-sqs', 'SQS targets', () => import('@aws-sdk/client-sqs'));
 
 /** SendMessageBatch takes at most 10 entries. */
 export const SQS_MAX_BATCH_ENTRIES = 10;
@@ -150,6 +154,7 @@ export class SqsTransport implements Transport {
   private callFor(results: Map<string, TargetResult>, context: SendContext) {
     const schedule = this.options.schedule ?? ((call) => call());
     return async (batch: Prepared[]) => {
+      const { SendMessageBatchCommand } = await loadSqs();
       const response = await schedule(() =>
         guardedCall(context, (abortSignal) => {
           this.options.onCall?.();
