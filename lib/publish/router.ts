@@ -1,13 +1,15 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import pLimit from 'p-limit';
+import { z } from 'zod';
 import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { aggregateKey, heldBack } from './batching.js';
 import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
 import { type LargePayloadOptions, PayloadStore } from './claim-check.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
-import { type RouteConfig, RouteTable, type TargetConfig, targetConflicts, targetKey } from './routes.js';
+import { type RouteConfig, RouteTable, routesSchema, type TargetConfig, targetKey } from './routes.js';
 import { SqsTransport } from './sqs-transport.js';
 import type {
   FailureInfo,
@@ -202,14 +204,25 @@ function combine(failures: Array<FailureInfo & { key: string }>): FailureInfo {
   };
 }
 
+/**
+ * What {@link createAwsPublisher} uses when an option is left out; the same
+ * values as the relay's `OUTBOX_EVENT_SOURCE` and `OUTBOX_CONCURRENCY`.
+ */
+export const AWS_PUBLISHER_DEFAULTS = {
+  source: 'outbox',
+  concurrency: 8,
+} as const;
+
 export interface AwsPublisherOptions extends RoutingPublisherOptions {
   routes: readonly RouteConfig[];
-  sqs: Pick<SQSClient, 'send'>;
-  eventBridge: Pick<EventBridgeClient, 'send'>;
-  /** EventBridge `Source` for targets that do not set their own. */
-  source: string;
-  /** API calls in flight at once, across all targets. */
-  concurrency: number;
+  /** Needed when a route has an SQS target. */
+  sqs?: Pick<SQSClient, 'send'> | undefined;
+  /** Needed when a route has an EventBridge target. */
+  eventBridge?: Pick<EventBridgeClient, 'send'> | undefined;
+  /** EventBridge `Source` for targets that do not set their own. Default `outbox`. */
+  source?: string | undefined;
+  /** API calls in flight at once, across all targets: 1 to 256. Default 8. */
+  concurrency?: number | undefined;
   /** Called once per API call. */
   onCall?: () => void;
   /**
@@ -221,24 +234,69 @@ export interface AwsPublisherOptions extends RoutingPublisherOptions {
   largePayloads?: LargePayloadOptions | undefined;
 }
 
+const optionsSchema = z.object({
+  routes: routesSchema,
+  source: z.string().min(1).max(256).default(AWS_PUBLISHER_DEFAULTS.source),
+  concurrency: z.int().min(1).max(256).default(AWS_PUBLISHER_DEFAULTS.concurrency),
+  largePayloads: z
+    .object({
+      bucket: z.string().min(1),
+      prefix: z.string().optional(),
+      s3: z.custom<Pick<S3Client, 'send'>>(hasSend, 'expected an S3 client'),
+    })
+    .optional(),
+});
+
+function hasSend(value: unknown): boolean {
+  return typeof (value as { send?: unknown } | null)?.send === 'function';
+}
+
 /**
  * Builds the routing publisher with SQS and EventBridge transports for every
- * configured target. Throws a {@link ConfigError} when one destination appears
- * with conflicting settings.
+ * configured target. Only the clients the routes use are needed: SQS-only
+ * routes need no EventBridge client.
+ *
+ * Throws a {@link ConfigError} naming the option at fault: malformed routes,
+ * one destination with conflicting settings, a missing client for a target
+ * type, a `source` or `concurrency` out of range.
+ *
+ * @example
+ * ```ts
+ * import { SQSClient } from '@aws-sdk/client-sqs';
+ * import { createAwsPublisher } from 'pg-lambda-outbox/relay';
+ *
+ * const publisher = createAwsPublisher({
+ *   routes: [{ match: 'order.*', targets: [{ type: 'sqs', queueUrl: process.env.QUEUE_URL! }] }],
+ *   sqs: new SQSClient({}),
+ * });
+ * ```
  */
 export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublisher {
-  const conflicts = targetConflicts(options.routes);
-  if (conflicts.length > 0) throw new ConfigError('routes', conflicts.join('; '));
-  const limit = pLimit(options.concurrency);
-  const schedule = <T>(call: () => Promise<T>) => limit(call);
-  const payloads = options.largePayloads ? new PayloadStore(options.largePayloads) : undefined;
+  const parsed = optionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const option = issue.path.length > 0 ? issue.path.map(String).join('.') : 'options';
+    throw new ConfigError(option, issue.message, { cause: parsed.error });
+  }
+  const { source, concurrency } = parsed.data;
   const targets = new Map<string, TargetConfig>();
   for (const route of options.routes) for (const t of route.targets) targets.set(targetKey(t), t);
+  const sqs = requireClient(options.sqs, 'sqs', 'SQSClient', targets, 'sqs');
+  const eventBridge = requireClient(
+    options.eventBridge,
+    'eventBridge',
+    'EventBridgeClient',
+    targets,
+    'eventbridge',
+  );
+  const limit = pLimit(concurrency);
+  const schedule = <T>(call: () => Promise<T>) => limit(call);
+  const payloads = options.largePayloads ? new PayloadStore(options.largePayloads) : undefined;
   const transports = [...targets].map(
     ([key, target]): Transport =>
       target.type === 'sqs'
         ? new SqsTransport({
-            client: options.sqs,
+            client: sqs!,
             queueUrl: target.queueUrl,
             maxMessageBytes: target.maxMessageBytes,
             schedule,
@@ -246,9 +304,9 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             payloads,
           })
         : new EventBridgeTransport({
-            client: options.eventBridge,
+            client: eventBridge!,
             busName: target.busName,
-            source: target.source ?? options.source,
+            source: target.source ?? source,
             key,
             schedule,
             onCall: options.onCall,
@@ -256,4 +314,23 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
           }),
   );
   return new RoutingPublisher(new RouteTable(options.routes), transports, options);
+}
+
+/** The client for one target type: required when a route has such a target. */
+function requireClient<C>(
+  client: C | undefined,
+  option: string,
+  className: string,
+  targets: Map<string, TargetConfig>,
+  type: TargetConfig['type'],
+): C | undefined {
+  const first = [...targets.values()].find((t) => t.type === type);
+  if (!first) return client;
+  if (!hasSend(client)) {
+    throw new ConfigError(
+      option,
+      `a route has the ${type === 'sqs' ? 'SQS' : 'EventBridge'} target ${targetKey(first)}: pass an ${className} as ${option}`,
+    );
+  }
+  return client;
 }
