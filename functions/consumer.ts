@@ -6,7 +6,7 @@ import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
 import { type Consumer, createConsumer } from 'pg-lambda-outbox/consumer';
-import { databaseConfig, readVar } from 'pg-lambda-outbox/lambda';
+import { databaseConfig, readVar, schemaVar } from 'pg-lambda-outbox/lambda';
 import { z } from 'zod';
 // The reference stack's application code: your own handlers go here.
 import { orderNotificationHandlers } from '../lib/example/order-notifications.js';
@@ -54,6 +54,7 @@ async function buildConsumer(): Promise<Consumer> {
     logger,
     replays,
     s3,
+    schema: schemaVar(process.env),
   });
 }
 

@@ -5,7 +5,7 @@ import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { ValidationError } from 'pg-lambda-outbox';
-import { databaseConfig } from 'pg-lambda-outbox/lambda';
+import { databaseConfig, schemaVar } from 'pg-lambda-outbox/lambda';
 import {
   parseRedriveInput,
   parseReplayInput,
@@ -17,6 +17,8 @@ import {
 import { observability } from './shared/observability.js';
 
 const { logger, metrics } = observability('outbox-redrive');
+// Cold start: the schema of the outbox tables (OUTBOX_SCHEMA; a bad name fails the init).
+const schema = schemaVar(process.env);
 
 /** Ids logged with the audit line; more would not fit one CloudWatch event (256 KB). */
 const MAX_LOGGED_IDS = 1000;
@@ -102,6 +104,7 @@ async function replayHandler(event: unknown, context: Context): Promise<ReplayRe
       cognito_identity: who.cognito_identity,
       client_context: who.client_context,
     },
+    schema,
   });
   metrics.addMetric('Replayed', MetricUnit.Count, result.replayed);
   logger.info(result.dryRun ? 'replay dry run' : 'events replayed', {
@@ -138,7 +141,7 @@ export async function redriveHandler(
   const { requestedBy: _, ...filter } = request;
   logger.info(`${request.action} requested`, { ...who, request: filter });
 
-  const result = await redrive(await getPool(), request);
+  const result = await redrive(await getPool(), request, { schema });
 
   if (result.action === 'discard') metrics.addMetric('Discarded', MetricUnit.Count, result.discarded);
   else metrics.addMetric('Redriven', MetricUnit.Count, result.reset);

@@ -8,7 +8,15 @@
 
 export { ConnectionLostError } from './db/connection-guard.js';
 export { TransactionTimeoutError } from './db/guarded-client.js';
-export { MIGRATIONS_DIR, type MigrateOptions, migrate, setNotifyTrigger } from './db/migrate.js';
+export {
+  MIGRATIONS_DIR,
+  type MigrateOptions,
+  type MigrationSql,
+  type MigrationSqlOptions,
+  migrate,
+  migrationSql,
+  setNotifyTrigger,
+} from './db/migrate.js';
 export { type TransactionOptions, withTransaction } from './db/transaction.js';
 export {
   ConfigError,

@@ -15,6 +15,7 @@ import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
 import { createOrder } from '../lib/example/orders.js';
 import { startStackEmulator } from './local/aws-emulator.js';
+import { migrateExample } from './local/example-schema.js';
 import { FaultProxy } from './local/fault-proxy.js';
 import { node22PathDir } from './local/node22.js';
 import { ensureDatabase, startLocalPostgres } from './local/postgres.js';
@@ -85,6 +86,7 @@ const postgres = await startLocalPostgres({ dataDir: '.local/pgdata', persistent
 cleanups.push(() => postgres.stop());
 const databaseUrl = await ensureDatabase(postgres.adminUrl, 'outbox_local');
 await migrate({ databaseUrl });
+await migrateExample(databaseUrl);
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
 cleanups.push(() => pool.end());
 say(`PostgreSQL (${postgres.source}): ${databaseUrl}`);

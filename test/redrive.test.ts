@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ValidationError } from '../lib/errors.js';
-import { redriveDeadLetters } from '../lib/operations/redrive.js';
+import { type RedriveInput, redriveDeadLetters } from '../lib/operations/redrive.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import type { RelayOptions } from '../lib/relay/options.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
@@ -222,7 +222,7 @@ describe('redriveDeadLetters', () => {
     it.each(cases)('%s', async (_name, input, field, message) => {
       await deadLetters(3);
       const before = await snapshot();
-      const error = await redriveDeadLetters(db.pool, input).catch((e: unknown) => e);
+      const error = await redriveDeadLetters(db.pool, input as RedriveInput).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(ValidationError);
       expect(error).toMatchObject({ name: 'ValidationError', field });
       expect((error as Error).message).toMatch(new RegExp(`^${field.replace(/[[\]]/g, '\\$&')}: `));

@@ -5,7 +5,7 @@ import { createConsumer } from '../lib/consumer/consumer.js';
 import type { HandlerContext } from '../lib/consumer/handlers.js';
 import { ValidationError } from '../lib/errors.js';
 import { runCleanup } from '../lib/operations/cleanup.js';
-import { replayEvents } from '../lib/operations/replay.js';
+import { type ReplayInput, replayEvents } from '../lib/operations/replay.js';
 import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import type { Envelope } from '../lib/publish/envelope.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
@@ -202,7 +202,7 @@ describe('replayEvents', () => {
       [{ action: 'redrive', all: true }, 'action', /must be "replay"/],
     ];
     for (const [input, field, message] of cases) {
-      const error = await replayEvents(db.pool, input).catch((e: unknown) => e);
+      const error = await replayEvents(db.pool, input as ReplayInput).catch((e: unknown) => e);
       expect(error, JSON.stringify(input)).toBeInstanceOf(ValidationError);
       expect((error as ValidationError).field).toBe(field);
       expect((error as ValidationError).message).toMatch(message);

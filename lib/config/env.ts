@@ -1,7 +1,18 @@
 import { z } from 'zod';
+import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 
 export type Env = Record<string, string | undefined>;
+
+/**
+ * `OUTBOX_SCHEMA`: the schema of the outbox tables (`migrate({ schema })`).
+ * Unset or empty: unqualified names, found through the connection's
+ * `search_path` (the default, as before the option existed).
+ */
+export function schemaVar(env: Env): string | undefined {
+  const value = env.OUTBOX_SCHEMA;
+  return value === undefined || value === '' ? undefined : validateSchemaName(value, 'OUTBOX_SCHEMA');
+}
 
 /**
  * Reads one variable through a zod schema. A bad value becomes a

@@ -3,7 +3,7 @@ import { ConfigError } from '../errors.js';
 import type { CircuitBreakerOptions } from '../publish/circuit-breaker.js';
 import { type RouteConfig, routesSchema } from '../publish/routes.js';
 import type { RelayOptions } from '../relay/options.js';
-import { boolVar, type Env, intVar, jsonVar, numberVar, readVar } from './env.js';
+import { boolVar, type Env, intVar, jsonVar, numberVar, readVar, schemaVar } from './env.js';
 
 export interface RelayConfig {
   relay: RelayOptions;
@@ -37,6 +37,7 @@ export interface RelayConfig {
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
  *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
  *   `OUTBOX_MAX_PENDING_AGE_MS`, `OUTBOX_PUBLISHED_ROWS` (`keep` | `delete`: what becomes of a published row)
+ * - `OUTBOX_SCHEMA`: the schema of the outbox tables (unset: unqualified names, via `search_path`)
  * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
  *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
@@ -75,6 +76,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       'OUTBOX_PUBLISHED_ROWS',
       z.enum(['keep', 'delete'], { error: 'expected "keep" or "delete"' }).optional(),
     ),
+    schema: schemaVar(env),
   };
   if (ordering === 'aggregate') {
     const standard = routes

@@ -125,7 +125,7 @@ class SqsConsumer implements Consumer {
   }
 
   private async handleRecord(record: SQSRecord, deadline: number | undefined): Promise<RecordOutcome> {
-    const { logger, name, pool } = this.options;
+    const { logger, name, pool, schema } = this.options;
     const messageId = record.messageId;
     const fields: Record<string, unknown> = {
       message_id: messageId,
@@ -228,11 +228,11 @@ class SqsConsumer implements Consumer {
               if (handleReplay) {
                 // Once per replay id; the event's own dedupe row is written too
                 // (if missing), so a late delivery of the original is skipped.
-                if (!(await markReplayProcessed(tx, name, envelope.id, replayId, envelope.type))) {
+                if (!(await markReplayProcessed(tx, name, envelope.id, replayId, envelope.type, schema))) {
                   return 'duplicate' as const;
                 }
-                await markProcessed(tx, name, envelope.id, envelope.type);
-              } else if (!(await markProcessed(tx, name, envelope.id, envelope.type))) {
+                await markProcessed(tx, name, envelope.id, envelope.type, schema);
+              } else if (!(await markProcessed(tx, name, envelope.id, envelope.type, schema))) {
                 return 'duplicate' as const;
               }
               await run(envelope, tx, context);

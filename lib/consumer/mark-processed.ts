@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 // Why it is shaped this way:
 // - It runs first in the record's transaction, before the handler, so the
@@ -9,8 +10,8 @@ import type { Queryable } from '../db/queryable.js';
 //   primary key: the second INSERT waits for the first transaction; if that
 //   commits it inserts nothing (duplicate), if it rolls back it inserts and
 //   the second delivery does the work. No event is handled twice, none lost.
-const MARK_PROCESSED_SQL = `
-INSERT INTO processed_events (consumer, event_id, event_type)
+const MARK_PROCESSED_SQL = (t: OutboxTables) => `
+INSERT INTO ${t.processedEvents} (consumer, event_id, event_type)
 VALUES ($1, $2, $3)
 ON CONFLICT (consumer, event_id) DO NOTHING`;
 
@@ -26,16 +27,17 @@ export async function markProcessed(
   consumer: string,
   eventId: string,
   eventType: string,
+  schema?: string,
 ): Promise<boolean> {
-  const result = await tx.query(MARK_PROCESSED_SQL, [consumer, eventId, eventType]);
+  const result = await tx.query(MARK_PROCESSED_SQL(outboxTables(schema)), [consumer, eventId, eventType]);
   return result.rowCount === 1;
 }
 
 // A replay handled by a consumer with `replays: 'handle'`: one row per
 // (consumer, event, replay), so each replay of an event is handled once,
 // with the same serialization on the primary key as above.
-const MARK_REPLAY_PROCESSED_SQL = `
-INSERT INTO processed_event_replays (consumer, event_id, replay_id, event_type)
+const MARK_REPLAY_PROCESSED_SQL = (t: OutboxTables) => `
+INSERT INTO ${t.processedEventReplays} (consumer, event_id, replay_id, event_type)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (consumer, event_id, replay_id) DO NOTHING`;
 
@@ -49,7 +51,13 @@ export async function markReplayProcessed(
   eventId: string,
   replayId: string,
   eventType: string,
+  schema?: string,
 ): Promise<boolean> {
-  const result = await tx.query(MARK_REPLAY_PROCESSED_SQL, [consumer, eventId, replayId, eventType]);
+  const result = await tx.query(MARK_REPLAY_PROCESSED_SQL(outboxTables(schema)), [
+    consumer,
+    eventId,
+    replayId,
+    eventType,
+  ]);
   return result.rowCount === 1;
 }

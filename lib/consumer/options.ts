@@ -1,5 +1,6 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
+import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import type { EventHandler, HandlerMap } from './handlers.js';
@@ -47,6 +48,12 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * as usual. Without it such a record fails (and is retried).
    */
   s3?: Pick<S3Client, 'send'> | undefined;
+  /**
+   * The schema of the dedupe tables (`processed_events`,
+   * `processed_event_replays`), as given to `migrate({ schema })`. Default:
+   * unqualified names, found through the connection's `search_path`.
+   */
+  schema?: string | undefined;
 }
 
 export interface ResolvedConsumerOptions {
@@ -58,6 +65,7 @@ export interface ResolvedConsumerOptions {
   safetyMarginMs: number;
   replays: 'skip' | 'handle';
   s3: Pick<S3Client, 'send'> | undefined;
+  schema: string | undefined;
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -69,6 +77,7 @@ const KNOWN_OPTIONS = new Set([
   'safetyMarginMs',
   'replays',
   's3',
+  'schema',
 ]);
 
 /** Validates the options (unknown keys are refused: a typo must not pass silently) and applies defaults. */
@@ -78,7 +87,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   for (const key of Object.keys(options)) {
     if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
   }
-  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, s3 } = options;
+  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, s3, schema } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
     throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
   }
@@ -122,5 +131,6 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     safetyMarginMs: margin,
     replays: replays ?? 'skip',
     s3,
+    schema: validateSchemaName(schema),
   };
 }

@@ -5,5 +5,5 @@
  * through a zod schema, failing with a message that names the variable.
  */
 
-export { type Env, readVar } from '../config/env.js';
+export { type Env, readVar, schemaVar } from '../config/env.js';
 export { databaseConfig, type SslMode } from '../db/connection-config.js';

@@ -1,4 +1,4 @@
-import { type Env, intVar, readVar } from '../config/env.js';
+import { type Env, intVar, readVar, schemaVar } from '../config/env.js';
 import type { CleanupOptions } from './cleanup-options.js';
 
 /** SQS keeps a message at most 14 days; a dedupe row must outlive any redelivery. */
@@ -28,6 +28,7 @@ export function loadCleanupConfig(env: Env = process.env): CleanupOptions {
     batchSize: readVar(env, 'CLEANUP_BATCH_SIZE', intVar(1, 50_000)),
     safetyMarginMs: readVar(env, 'CLEANUP_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     maxRowsPerSecond: readVar(env, 'CLEANUP_MAX_ROWS_PER_SECOND', intVar(1, 10_000_000)) ?? null,
+    schema: schemaVar(env),
   };
   const dedupeDays = options.processedEventsRetentionDays;
   if (dedupeDays !== undefined && dedupeDays < SQS_MAX_RETENTION_DAYS) {

@@ -1,3 +1,4 @@
+import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 
 /** Cleanup settings as a caller gives them; every field has a default. */
@@ -28,9 +29,13 @@ export interface CleanupOptions {
    * (the default): as fast as the database goes.
    */
   maxRowsPerSecond?: number | null;
+  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  schema?: string | undefined;
 }
 
-export type ResolvedCleanupOptions = Required<CleanupOptions>;
+export type ResolvedCleanupOptions = Required<Omit<CleanupOptions, 'schema'>> & {
+  schema: string | undefined;
+};
 
 export const CLEANUP_DEFAULTS: ResolvedCleanupOptions = {
   outboxRetentionDays: 7,
@@ -40,6 +45,7 @@ export const CLEANUP_DEFAULTS: ResolvedCleanupOptions = {
   batchSize: 5_000,
   safetyMarginMs: 10_000,
   maxRowsPerSecond: null,
+  schema: undefined,
 };
 
 /** Fills in defaults; the one place where they are decided. */
@@ -50,5 +56,6 @@ export function resolveCleanupOptions(options: CleanupOptions = {}): ResolvedCle
   if (rate !== null && !(Number.isFinite(rate) && rate > 0)) {
     throw new ConfigError('maxRowsPerSecond', `expected a number of rows > 0, or null (got ${rate})`);
   }
+  resolved.schema = validateSchemaName(resolved.schema);
   return resolved;
 }

@@ -59,7 +59,7 @@ export interface CleanupReport {
   durationMs: number;
 }
 
-type DeleteBatch = (db: Queryable, cutoff: Date, limit: number) => Promise<number>;
+type DeleteBatch = (db: Queryable, cutoff: Date, limit: number, schema?: string) => Promise<number>;
 
 /**
  * Deletes what retention no longer needs: published outbox rows, consumer
@@ -125,7 +125,7 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     if (!task) continue;
     while (!task.finished && timeLeft()) {
       const batchStarted = performance.now();
-      const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize);
+      const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize, options.schema);
       task.statements++;
       task.deleted += deleted;
       // A short batch means nothing older than the cutoff is left (or what is

@@ -1,4 +1,5 @@
 import type { Pool } from 'pg';
+import { validateSchemaName } from '../db/schema.js';
 import { withTransaction } from '../db/transaction.js';
 import {
   countDeadLetters,
@@ -6,7 +7,7 @@ import {
   resetDeadLetters,
   selectDeadLetters,
 } from '../sql/redrive-dead-letters.js';
-import { parseRedriveInput, type RedriveRequest } from './redrive-input.js';
+import { parseRedriveInput, type RedriveInput, type RedriveRequest } from './redrive-input.js';
 
 export { parseRedriveInput, type RedriveInput, type RedriveRequest } from './redrive-input.js';
 
@@ -48,25 +49,42 @@ export interface RedriveResult {
  * await redriveDeadLetters(pool, { action: 'discard', ids: ['…'], requestedBy: 'alice' });
  * // → { action: 'discard', dryRun: false, matched: 1, reset: 0, discarded: 1, ids: ['…'] }
  */
-export async function redriveDeadLetters(pool: Pool, input: unknown): Promise<RedriveResult> {
-  return redrive(pool, parseRedriveInput(input));
+export async function redriveDeadLetters(
+  pool: Pool,
+  input: RedriveInput,
+  options: RedriveOptions = {},
+): Promise<RedriveResult> {
+  return redrive(pool, parseRedriveInput(input), options);
+}
+
+export interface RedriveOptions {
+  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  schema?: string | undefined;
 }
 
 /** {@link redriveDeadLetters} for a request that is already validated. */
-export async function redrive(pool: Pool, request: RedriveRequest): Promise<RedriveResult> {
+export async function redrive(
+  pool: Pool,
+  request: RedriveRequest,
+  options: RedriveOptions = {},
+): Promise<RedriveResult> {
+  const schema = validateSchemaName(options.schema);
   return withTransaction(pool, async (client) => {
     // The database, not just this code, guarantees that a dry run writes nothing.
     if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
-    const selected = await selectDeadLetters(client, request, request.limit, { lock: !request.dryRun });
+    const selected = await selectDeadLetters(client, request, request.limit, {
+      lock: !request.dryRun,
+      schema,
+    });
     // Counted after the lock, so the figure agrees with what was selected.
-    const matched = await countDeadLetters(client, request);
+    const matched = await countDeadLetters(client, request, schema);
     const result = { action: request.action, dryRun: request.dryRun, matched, reset: 0, discarded: 0 };
     if (request.dryRun) return { ...result, ids: selected };
     if (request.action === 'discard') {
-      const done = await discardDeadLetters(client, selected, request.requestedBy ?? null);
+      const done = await discardDeadLetters(client, selected, request.requestedBy ?? null, schema);
       return { ...result, discarded: done.size, ids: selected.filter((id) => done.has(id)) };
     }
-    const reset = await resetDeadLetters(client, selected);
+    const reset = await resetDeadLetters(client, selected, schema);
     return { ...result, reset: reset.size, ids: selected.filter((id) => reset.has(id)) };
   });
 }

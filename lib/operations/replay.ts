@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Pool } from 'pg';
+import { validateSchemaName } from '../db/schema.js';
 import { withTransaction } from '../db/transaction.js';
 import {
   aggregateKey,
@@ -9,7 +10,7 @@ import {
   resetForReplay,
   selectReplayable,
 } from '../sql/replay-events.js';
-import { parseReplayInput, type ReplayRequest } from './replay-input.js';
+import { parseReplayInput, type ReplayInput, type ReplayRequest } from './replay-input.js';
 
 export { parseReplayInput, type ReplayInput, type ReplayRequest } from './replay-input.js';
 
@@ -40,6 +41,8 @@ export interface ReplayOptions {
    * identity it logs, the CLI the OS user and host.
    */
   caller?: Record<string, unknown>;
+  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  schema?: string | undefined;
 }
 
 /**
@@ -65,7 +68,7 @@ export interface ReplayOptions {
  */
 export async function replayEvents(
   pool: Pool,
-  input: unknown,
+  input: ReplayInput,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
   return replay(pool, parseReplayInput(input), options);
@@ -83,13 +86,17 @@ export async function replay(
   request: ReplayRequest,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
+  const schema = validateSchemaName(options.schema);
   return withTransaction(pool, async (client) => {
     // The database, not just this code, guarantees that a dry run writes nothing.
     if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
-    const selected = await selectReplayable(client, request, request.limit, { lock: !request.dryRun });
+    const selected = await selectReplayable(client, request, request.limit, {
+      lock: !request.dryRun,
+      schema,
+    });
     // Counted after the lock, so the figure agrees with what was selected.
-    const matched = await countReplayable(client, request);
-    const busy = await busyAggregates(client, selected, { lock: !request.dryRun });
+    const matched = await countReplayable(client, request, schema);
+    const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
     const free = selected.filter((e) => !busy.has(aggregateKey(e)));
     const result = {
       action: 'replay' as const,
@@ -103,16 +110,21 @@ export async function replay(
       client,
       free.map((e) => e.id),
       replayId,
+      schema,
     );
     const ids = free.map((e) => e.id).filter((id) => reset.has(id));
-    await insertReplayAudit(client, {
-      id: replayId,
-      requestedBy: request.requestedBy ?? '(not given)',
-      caller: options.caller ?? {},
-      filter: auditFilter(request),
-      matched,
-      eventIds: ids,
-    });
+    await insertReplayAudit(
+      client,
+      {
+        id: replayId,
+        requestedBy: request.requestedBy ?? '(not given)',
+        caller: options.caller ?? {},
+        filter: auditFilter(request),
+        matched,
+        eventIds: ids,
+      },
+      schema,
+    );
     return { ...result, replayId, replayed: ids.length, ids };
   });
 }

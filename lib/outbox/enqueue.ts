@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 import { ValidationError } from '../errors.js';
 import { activeTraceHeaders, loadOpenTelemetry } from '../trace/opentelemetry.js';
 import type { NewOutboxEvent } from './types.js';
@@ -18,6 +19,11 @@ export interface EnqueueOptions extends ValidateOptions {
    * not matter. See docs/ordering.md.
    */
   lockAggregates?: boolean;
+  /**
+   * The schema the outbox tables live in (`migrate({ schema })`). Default:
+   * unqualified names, found through the connection's `search_path`.
+   */
+  schema?: string | undefined;
 }
 
 /** Above this many events, one INSERT is split into several (parameter arrays stay modest). */
@@ -25,8 +31,8 @@ const INSERT_CHUNK = 1000;
 
 // One statement for any number of events: parallel arrays unnested into rows.
 // Values are always parameters, never spliced into the SQL.
-const INSERT_EVENTS = `
-  INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, headers)
+const INSERT_EVENTS = (t: OutboxTables) => `
+  INSERT INTO ${t.events} (id, aggregate_type, aggregate_id, event_type, payload, headers)
   SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb
   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
     AS e(id, aggregate_type, aggregate_id, event_type, payload, headers)`;
@@ -50,15 +56,15 @@ const INSERT_EVENTS = `
 // - A row lock, not pg_advisory_xact_lock: plain DML never pins a connection
 //   behind RDS Proxy and shares no key space with the application's own
 //   advisory locks (docs/ordering.md).
-const LOCK_AND_INSERT_EVENTS = `
+const LOCK_AND_INSERT_EVENTS = (t: OutboxTables) => `
   WITH locked AS (
-    INSERT INTO outbox_aggregate_locks AS l (aggregate_type, aggregate_id)
+    INSERT INTO ${t.aggregateLocks} AS l (aggregate_type, aggregate_id)
     SELECT t, i FROM unnest($7::text[], $8::text[]) WITH ORDINALITY AS k(t, i, n)
     ORDER BY n
     ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET created_at = l.created_at WHERE false
     RETURNING 1
   )
-${INSERT_EVENTS}
+${INSERT_EVENTS(t)}
   WHERE (SELECT count(*) FROM locked) >= 0`;
 
 /** Distinct (type, id) pairs of the events, in the one order every producer locks them in. */
@@ -123,6 +129,7 @@ export async function enqueueEvents(
     seen.add(event.id);
   });
   const lock = options.lockAggregates ?? true;
+  const tables = outboxTables(options.schema);
   for (let start = 0; start < valid.length; start += INSERT_CHUNK) {
     const chunk = valid.slice(start, start + INSERT_CHUNK);
     const values = [
@@ -135,8 +142,9 @@ export async function enqueueEvents(
     ];
     // The first statement locks every aggregate of the call (all of them, in
     // order, not just this chunk's); later chunks run under those locks.
-    if (lock && start === 0) await client.query(LOCK_AND_INSERT_EVENTS, [...values, ...aggregateKeys(valid)]);
-    else await client.query(INSERT_EVENTS, values);
+    if (lock && start === 0)
+      await client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)]);
+    else await client.query(INSERT_EVENTS(tables), values);
   }
   return valid.map((e) => e.id);
 }

@@ -1,3 +1,4 @@
+import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import type { BackoffPolicy } from './backoff.js';
 
@@ -58,9 +59,18 @@ export interface RelayOptions {
    * Retried and dead-lettered rows stay in both modes.
    */
   publishedRows?: 'keep' | 'delete';
+  /**
+   * The schema the outbox tables live in (`migrate({ schema })`,
+   * `OUTBOX_SCHEMA`). Default: unqualified names, found through the
+   * connection's `search_path`.
+   */
+  schema?: string | undefined;
 }
 
-export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff'>> & { backoff: BackoffPolicy };
+export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff' | 'schema'>> & {
+  backoff: BackoffPolicy;
+  schema: string | undefined;
+};
 
 export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   batchSize: 100,
@@ -76,6 +86,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   idleWaitMinMs: 10,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
+  schema: undefined,
 };
 
 /** Fills in defaults; the one place where they are decided. */
@@ -91,5 +102,6 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
       `expected "keep" or "delete" (got ${JSON.stringify(resolved.publishedRows)})`,
     );
   }
+  resolved.schema = validateSchemaName(resolved.schema);
   return resolved;
 }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { guardPool, isConnectionLost, translateConnectionError } from '../db/connection-guard.js';
 import type { Queryable } from '../db/queryable.js';
+import { ConfigError } from '../errors.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
@@ -167,6 +168,7 @@ export class Relay {
       ordered: this.options.ordering === 'aggregate',
       deadLetterPolicy: this.options.deadLetterPolicy,
       perAggregate: this.options.maxPerAggregate,
+      schema: this.options.schema,
       ...(full ? {} : { fromSeq: String(this.seqFloor) }),
     });
     this.backlogged = claim.events.length + claim.exhausted.length >= this.options.batchSize;
@@ -409,7 +411,7 @@ export class Relay {
   private async releaseRecovered() {
     for (const target of this.deps.publisher.takeRecoveredTargets?.() ?? []) {
       try {
-        const released = await releaseWaiting(this.deps.db, target);
+        const released = await releaseWaiting(this.deps.db, target, this.options.schema);
         this.logger.info('target answers again; released the events waiting for it', { target, released });
       } catch (error) {
         // They go out when their hold ends; only the shortcut is lost.
@@ -429,7 +431,13 @@ export class Relay {
   private async complete(leaseId: string, completions: Completion[]): Promise<Set<string>> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await completeBatch(this.deps.db, leaseId, completions, this.options.publishedRows);
+        return await completeBatch(
+          this.deps.db,
+          leaseId,
+          completions,
+          this.options.publishedRows,
+          this.options.schema,
+        );
       } catch (error) {
         if (attempt >= 3) throw error;
         this.logger.warn('recording outcomes failed; retrying', { error: String(error), try: attempt });
@@ -451,6 +459,14 @@ export class Relay {
     let stoppedBecause: RelaySummary['stoppedBecause'] = 'time';
     let stop = false;
     const timeLeft = () => run.remainingMs() - this.options.safetyMarginMs;
+    const atStart = run.remainingMs();
+    if (atStart > 0 && atStart <= this.options.safetyMarginMs) {
+      // The run could claim nothing; a deadline already passed (<= 0) is only the end of a loop.
+      throw new ConfigError(
+        'safetyMarginMs',
+        `remainingMs() is ${Math.round(atStart)} ms at the start of the run, within the safety margin of ${this.options.safetyMarginMs} ms: the run would claim nothing; lower safetyMarginMs, or outside Lambda use runRelay`,
+      );
+    }
     // Kept back at the end of the invocation to record outcomes.
     const reserveMs = Math.min(2_000, this.options.safetyMarginMs / 2);
 

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, perSchema } from '../db/schema.js';
 import type { OutboxEvent } from '../outbox/types.js';
 
 export interface ClaimParams {
@@ -35,6 +36,8 @@ export interface ClaimParams {
    * lease) are found by the next claim without it.
    */
   fromSeq?: string;
+  /** The outbox tables' schema; unqualified names when absent. */
+  schema?: string | undefined;
 }
 
 export interface ClaimResult {
@@ -111,7 +114,7 @@ export interface ClaimResult {
 //   kept are released when the statement commits, untouched.
 // - With `skip`, dead letters are not unfinished: they fall out of the partial
 //   indexes and their aggregate's next event becomes its head.
-function orderedPicked(policy: 'block' | 'skip'): string {
+function orderedPicked(t: OutboxTables, policy: 'block' | 'skip'): string {
   // Claimable: not leased, not backing off, and (block) no dead letter of its aggregate before it.
   const free = (h: string) => `(${h}.locked_until IS NULL OR ${h}.locked_until < now())
         AND (${h}.retry_after IS NULL OR ${h}.retry_after <= now())`;
@@ -120,7 +123,7 @@ function orderedPicked(policy: 'block' | 'skip'): string {
       policy === 'block'
         ? `
         AND NOT EXISTS (
-          SELECT 1 FROM outbox_events d
+          SELECT 1 FROM ${t.events} d
           WHERE d.dead_lettered_at IS NOT NULL
             AND d.aggregate_type = ${h}.aggregate_type
             AND d.aggregate_id = ${h}.aggregate_id
@@ -130,7 +133,7 @@ function orderedPicked(policy: 'block' | 'skip'): string {
   return `
 WITH RECURSIVE walk AS (
   SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
-  FROM outbox_events e
+  FROM ${t.events} e
   WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
   ORDER BY e.seq
   LIMIT $1 * 2
@@ -145,7 +148,7 @@ walk_heads AS (
 ),
 heads AS (
   (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
-   FROM outbox_events e
+   FROM ${t.events} e
    WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
    LIMIT 1)
@@ -154,7 +157,7 @@ heads AS (
   FROM heads h
   CROSS JOIN LATERAL (
     SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
-    FROM outbox_events e
+    FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND (e.aggregate_type, e.aggregate_id) > (h.aggregate_type, h.aggregate_id)
     ORDER BY e.aggregate_type, e.aggregate_id, e.seq
@@ -178,7 +181,7 @@ run AS (
   FROM chosen h
   CROSS JOIN LATERAL (
     SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts
-    FROM outbox_events e
+    FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND e.aggregate_type = h.aggregate_type
       AND e.aggregate_id = h.aggregate_id
@@ -189,7 +192,7 @@ run AS (
         ? `
   LEFT JOIN LATERAL (
     SELECT d.seq
-    FROM outbox_events d
+    FROM ${t.events} d
     WHERE d.dead_lettered_at IS NOT NULL
       AND d.aggregate_type = h.aggregate_type
       AND d.aggregate_id = h.aggregate_id
@@ -216,7 +219,7 @@ cand AS (
 ),
 locked AS (
   SELECT e.id
-  FROM outbox_events e
+  FROM ${t.events} e
   WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
@@ -233,10 +236,10 @@ picked AS (
 )`;
 }
 
-const unorderedPicked = (fromSeq: boolean) => `
+const unorderedPicked = (t: OutboxTables, fromSeq: boolean) => `
 WITH picked AS (
   SELECT e.id
-  FROM outbox_events e
+  FROM ${t.events} e
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
@@ -246,9 +249,9 @@ WITH picked AS (
   FOR UPDATE SKIP LOCKED
 )`;
 
-function claimSql(picked: string): string {
+function claimSql(t: OutboxTables, picked: string): string {
   return `${picked}
-UPDATE outbox_events e
+UPDATE ${t.events} e
 SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 END,
     locked_until = CASE WHEN e.attempts >= $4 THEN NULL ELSE now() + $2 * interval '1 millisecond' END,
     locked_by = CASE WHEN e.attempts >= $4 THEN NULL ELSE $3::uuid END,
@@ -265,12 +268,12 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
           e.replay_id, e.replayed_at`;
 }
 
-const SQL = {
-  unordered: claimSql(unorderedPicked(false)),
-  unorderedFrom: claimSql(unorderedPicked(true)),
-  block: claimSql(orderedPicked('block')),
-  skip: claimSql(orderedPicked('skip')),
-};
+const claimStatements = perSchema((t) => ({
+  unordered: claimSql(t, unorderedPicked(t, false)),
+  unorderedFrom: claimSql(t, unorderedPicked(t, true)),
+  block: claimSql(t, orderedPicked(t, 'block')),
+  skip: claimSql(t, orderedPicked(t, 'skip')),
+}));
 
 interface Row {
   id: string;
@@ -291,6 +294,7 @@ interface Row {
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
   const from = !params.ordered && params.fromSeq !== undefined;
+  const SQL = claimStatements(params.schema);
   const sql = params.ordered
     ? SQL[params.deadLetterPolicy ?? 'block']
     : from

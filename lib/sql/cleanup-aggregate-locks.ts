@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 // Rows of outbox_aggregate_locks carry no state: enqueueEvents inserts one
 // per aggregate the first time it sees it and from then on only locks it, so
@@ -12,17 +13,22 @@ import type { Queryable } from '../db/queryable.js';
 //   conflict any more and inserts a fresh row, so serialization holds.
 // - Bounded and oldest first through outbox_aggregate_locks_created_at, one
 //   short transaction per batch, like the other cleanup statements.
-const DELETE_IDLE_LOCKS = `
-DELETE FROM outbox_aggregate_locks
+const DELETE_IDLE_LOCKS = (t: OutboxTables) => `
+DELETE FROM ${t.aggregateLocks}
 WHERE (aggregate_type, aggregate_id) IN (
-  SELECT aggregate_type, aggregate_id FROM outbox_aggregate_locks
+  SELECT aggregate_type, aggregate_id FROM ${t.aggregateLocks}
   WHERE created_at < $1::timestamptz
   ORDER BY created_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED)`;
 
 /** Deletes at most `limit` aggregate lock rows created before `cutoff` and not in use; returns how many. */
-export async function deleteIdleAggregateLocks(db: Queryable, cutoff: Date, limit: number): Promise<number> {
-  const result = await db.query(DELETE_IDLE_LOCKS, [cutoff, limit]);
+export async function deleteIdleAggregateLocks(
+  db: Queryable,
+  cutoff: Date,
+  limit: number,
+  schema?: string,
+): Promise<number> {
+  const result = await db.query(DELETE_IDLE_LOCKS(outboxTables(schema)), [cutoff, limit]);
   return result.rowCount ?? 0;
 }

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 // Why they are shaped this way:
 // - One bounded statement per call, committed on its own: each batch holds
@@ -13,19 +14,19 @@ import type { Queryable } from '../db/queryable.js';
 // - processed_at and dead_lettered_at are never both set (the relay sets one
 //   or the other), so deleting by processed_at cannot touch a dead letter, and
 //   pending rows (both NULL) never match either statement.
-const DELETE_PROCESSED = `
-DELETE FROM outbox_events
+const DELETE_PROCESSED = (t: OutboxTables) => `
+DELETE FROM ${t.events}
 WHERE id IN (
-  SELECT id FROM outbox_events
+  SELECT id FROM ${t.events}
   WHERE processed_at < $1::timestamptz
   ORDER BY processed_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED)`;
 
-const DELETE_DEAD_LETTERS = `
-DELETE FROM outbox_events
+const DELETE_DEAD_LETTERS = (t: OutboxTables) => `
+DELETE FROM ${t.events}
 WHERE id IN (
-  SELECT id FROM outbox_events
+  SELECT id FROM ${t.events}
   WHERE dead_lettered_at < $1::timestamptz
   ORDER BY dead_lettered_at
   LIMIT $2
@@ -36,13 +37,19 @@ export async function deleteProcessedOutboxEvents(
   db: Queryable,
   cutoff: Date,
   limit: number,
+  schema?: string,
 ): Promise<number> {
-  const result = await db.query(DELETE_PROCESSED, [cutoff, limit]);
+  const result = await db.query(DELETE_PROCESSED(outboxTables(schema)), [cutoff, limit]);
   return result.rowCount ?? 0;
 }
 
 /** Deletes at most `limit` dead letters dead-lettered before `cutoff`; returns how many. */
-export async function deleteDeadLetters(db: Queryable, cutoff: Date, limit: number): Promise<number> {
-  const result = await db.query(DELETE_DEAD_LETTERS, [cutoff, limit]);
+export async function deleteDeadLetters(
+  db: Queryable,
+  cutoff: Date,
+  limit: number,
+  schema?: string,
+): Promise<number> {
+  const result = await db.query(DELETE_DEAD_LETTERS(outboxTables(schema)), [cutoff, limit]);
   return result.rowCount ?? 0;
 }

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 /** The decided fate of one claimed event. */
 export type Completion =
@@ -42,8 +43,8 @@ SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
 const OUTCOMES = `jsonb_to_recordset($1::jsonb)
   AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[])`;
 
-const COMPLETE = `
-UPDATE outbox_events e
+const COMPLETE = (t: OutboxTables) => `
+UPDATE ${t.events} e
 ${OUTCOME_SET}
 FROM ${OUTCOMES}
 WHERE e.id = o.id
@@ -52,16 +53,16 @@ RETURNING e.id`;
 
 // publishedRows 'delete': published rows go, the others are updated as above.
 // Two data-modifying CTEs on disjoint rows of one table, in one statement.
-const COMPLETE_DELETING_PUBLISHED = `
+const COMPLETE_DELETING_PUBLISHED = (t: OutboxTables) => `
 WITH o AS (SELECT * FROM ${OUTCOMES}),
 gone AS (
-  DELETE FROM outbox_events e
+  DELETE FROM ${t.events} e
   USING o
   WHERE e.id = o.id AND o.status = 'published'
     AND e.locked_by = $2::uuid
   RETURNING e.id),
 kept AS (
-  UPDATE outbox_events e
+  UPDATE ${t.events} e
   ${OUTCOME_SET}
   FROM o
   WHERE e.id = o.id AND o.status <> 'published'
@@ -73,8 +74,8 @@ SELECT id FROM kept`;
 
 // The common case, every event of the batch published, as a plain id list:
 // cheaper for the database than building rows from JSON.
-const COMPLETE_ALL_PUBLISHED = `
-UPDATE outbox_events
+const COMPLETE_ALL_PUBLISHED = (t: OutboxTables) => `
+UPDATE ${t.events}
 SET processed_at = now(),
     delivered_targets = '{}'::text[],
     waiting_for = NULL,
@@ -86,8 +87,8 @@ RETURNING id`;
 
 // A published row finished with no trace: no new row version, no index
 // entries, nothing left for cleanup (docs/operations.md, "Published rows").
-const DELETE_ALL_PUBLISHED = `
-DELETE FROM outbox_events
+const DELETE_ALL_PUBLISHED = (t: OutboxTables) => `
+DELETE FROM ${t.events}
 WHERE id = ANY($1::uuid[])
   AND locked_by = $2::uuid
 RETURNING id`;
@@ -102,12 +103,14 @@ export async function completeBatch(
   leaseId: string,
   completions: readonly Completion[],
   publishedRows: 'keep' | 'delete' = 'keep',
+  schema?: string,
 ): Promise<Set<string>> {
   if (completions.length === 0) return new Set();
+  const t = outboxTables(schema);
   const deletePublished = publishedRows === 'delete';
   if (completions.every((c) => c.status === 'published')) {
     const { rows } = await db.query<{ id: string }>(
-      deletePublished ? DELETE_ALL_PUBLISHED : COMPLETE_ALL_PUBLISHED,
+      (deletePublished ? DELETE_ALL_PUBLISHED : COMPLETE_ALL_PUBLISHED)(t),
       [completions.map((c) => c.id), leaseId],
     );
     return new Set(rows.map((r) => r.id));
@@ -121,9 +124,9 @@ export async function completeBatch(
     refund: c.status === 'retry' && c.refund,
     waiting_for: c.status === 'retry' && c.waitingFor?.length ? c.waitingFor : null,
   }));
-  const { rows } = await db.query<{ id: string }>(deletePublished ? COMPLETE_DELETING_PUBLISHED : COMPLETE, [
-    JSON.stringify(payload),
-    leaseId,
-  ]);
+  const { rows } = await db.query<{ id: string }>(
+    (deletePublished ? COMPLETE_DELETING_PUBLISHED : COMPLETE)(t),
+    [JSON.stringify(payload), leaseId],
+  );
   return new Set(rows.map((r) => r.id));
 }

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 /** One dead letter as an operator sees it: what it is and why it failed. */
 export interface DeadLetter {
@@ -25,11 +26,11 @@ export interface DeadLetterPage {
 // Listed in seq order, the order a redrive resets them in, so the first page
 // is exactly what `redrive --all --limit n` would reset. `count(*) OVER ()`
 // is computed before LIMIT: the total comes with the page in one statement.
-const LIST = `
+const LIST = (t: OutboxTables) => `
 SELECT id, seq, event_type, aggregate_type, aggregate_id, attempts, last_error,
        created_at, dead_lettered_at, redrive_count, redriven_at,
        count(*) OVER ()::int AS total
-FROM outbox_dead_letters
+FROM ${t.deadLettersView}
 WHERE ($1::text IS NULL OR event_type = $1::text)
 ORDER BY seq
 LIMIT $2`;
@@ -52,9 +53,12 @@ interface Row {
 /** The first `limit` dead letters (oldest first), optionally of one event type, and how many there are. */
 export async function listDeadLetters(
   db: Queryable,
-  options: { limit: number; eventType?: string | undefined },
+  options: { limit: number; eventType?: string | undefined; schema?: string | undefined },
 ): Promise<DeadLetterPage> {
-  const { rows } = await db.query<Row>(LIST, [options.eventType ?? null, options.limit]);
+  const { rows } = await db.query<Row>(LIST(outboxTables(options.schema)), [
+    options.eventType ?? null,
+    options.limit,
+  ]);
   return {
     total: rows[0]?.total ?? 0,
     rows: rows.map((r) => ({

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 export interface OutboxStats {
   /** Unfinished events (not published, not dead-lettered). */
@@ -24,29 +25,32 @@ export interface OutboxStats {
 // letter, from outbox_events_dead_letters_by_aggregate), then one probe of
 // outbox_events_aggregate_heads for a later unfinished event. Cost
 // follows the number of dead letters, not the backlog behind them.
-const STATS = `
+const STATS = (t: OutboxTables) => `
 SELECT
   count(*)::int AS pending,
   count(*) FILTER (WHERE locked_until >= now())::int AS leased,
   count(*) FILTER (WHERE retry_after > now())::int AS backing_off,
   coalesce(extract(epoch FROM now() - min(coalesce(replayed_at, created_at))), 0)::float8 AS oldest,
-  (SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NOT NULL)::int AS dead,
+  (SELECT count(*) FROM ${t.events} WHERE dead_lettered_at IS NOT NULL)::int AS dead,
   (SELECT count(*)
    FROM (SELECT aggregate_type, aggregate_id, min(seq) AS seq
-         FROM outbox_events
+         FROM ${t.events}
          WHERE dead_lettered_at IS NOT NULL
          GROUP BY aggregate_type, aggregate_id) d
    WHERE EXISTS (
-     SELECT 1 FROM outbox_events p
+     SELECT 1 FROM ${t.events} p
      WHERE num_nulls(p.processed_at, p.dead_lettered_at) = 2
        AND p.aggregate_type = d.aggregate_type
        AND p.aggregate_id = d.aggregate_id
        AND p.seq > d.seq))::int AS blocked
-FROM outbox_events
+FROM ${t.events}
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL`;
 
-export async function outboxStats(db: Queryable): Promise<OutboxStats> {
-  const { rows } = await db.query(STATS);
+export async function outboxStats(
+  db: Queryable,
+  options: { schema?: string | undefined } = {},
+): Promise<OutboxStats> {
+  const { rows } = await db.query(STATS(outboxTables(options.schema)));
   const r = rows[0];
   return {
     pending: r.pending,

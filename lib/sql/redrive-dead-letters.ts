@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 /** Which dead letters an operator asked for; every field narrows, absent fields do not. */
 export interface DeadLetterFilter {
@@ -41,7 +42,7 @@ function filterValues(filter: DeadLetterFilter): unknown[] {
   ];
 }
 
-const COUNT = `SELECT count(*)::int AS n FROM outbox_events WHERE ${WHERE}`;
+const COUNT = (t: OutboxTables) => `SELECT count(*)::int AS n FROM ${t.events} WHERE ${WHERE}`;
 
 // Oldest first (seq order), so repeated redrives with a limit work through the
 // dead letters in the order the events were written, and an aggregate's
@@ -49,15 +50,15 @@ const COUNT = `SELECT count(*)::int AS n FROM outbox_events WHERE ${WHERE}`;
 // FOR UPDATE (not SKIP LOCKED): a concurrent redrive of the same rows waits
 // for ours, then re-checks `dead_lettered_at IS NOT NULL` on the new row
 // version and drops the rows we already reset, so no row is reset twice.
-const SELECT_FOR_UPDATE = `
-SELECT id FROM outbox_events WHERE ${WHERE}
+const SELECT_FOR_UPDATE = (t: OutboxTables) => `
+SELECT id FROM ${t.events} WHERE ${WHERE}
 ORDER BY seq
 LIMIT $7
 FOR UPDATE`;
 
 // The dry run takes no row locks: it must not block anyone.
-const SELECT = `
-SELECT id FROM outbox_events WHERE ${WHERE}
+const SELECT = (t: OutboxTables) => `
+SELECT id FROM ${t.events} WHERE ${WHERE}
 ORDER BY seq
 LIMIT $7`;
 
@@ -70,8 +71,8 @@ LIMIT $7`;
 //   that it was redriven).
 // `dead_lettered_at IS NOT NULL` again, so the statement is safe on its own
 // (it only ever resets dead letters) even without the preceding lock.
-const RESET = `
-UPDATE outbox_events
+const RESET = (t: OutboxTables) => `
+UPDATE ${t.events}
 SET attempts = 0,
     retry_after = NULL,
     locked_until = NULL,
@@ -89,8 +90,8 @@ RETURNING id`;
 // it leaves the dead-letter view and no longer holds its aggregate in ordered
 // mode. discarded_at / discarded_by record that it was never sent and who
 // decided; last_error keeps why it had been dead-lettered.
-const DISCARD = `
-UPDATE outbox_events
+const DISCARD = (t: OutboxTables) => `
+UPDATE ${t.events}
 SET processed_at = now(),
     discarded_at = now(),
     discarded_by = $2::text,
@@ -103,8 +104,12 @@ WHERE id = ANY($1::uuid[])
 RETURNING id`;
 
 /** Counts every dead letter matching `filter` (no limit). */
-export async function countDeadLetters(db: Queryable, filter: DeadLetterFilter): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(COUNT, filterValues(filter));
+export async function countDeadLetters(
+  db: Queryable,
+  filter: DeadLetterFilter,
+  schema?: string,
+): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(COUNT(outboxTables(schema)), filterValues(filter));
   return rows[0]?.n ?? 0;
 }
 
@@ -116,19 +121,21 @@ export async function selectDeadLetters(
   db: Queryable,
   filter: DeadLetterFilter,
   limit: number,
-  options: { lock: boolean },
+  options: { lock: boolean; schema?: string | undefined },
 ): Promise<string[]> {
-  const { rows } = await db.query<{ id: string }>(options.lock ? SELECT_FOR_UPDATE : SELECT, [
-    ...filterValues(filter),
-    limit,
-  ]);
+  const sql = (options.lock ? SELECT_FOR_UPDATE : SELECT)(outboxTables(options.schema));
+  const { rows } = await db.query<{ id: string }>(sql, [...filterValues(filter), limit]);
   return rows.map((r) => r.id);
 }
 
 /** Resets the given dead letters to pending; returns the ids it reset. */
-export async function resetDeadLetters(db: Queryable, ids: readonly string[]): Promise<Set<string>> {
+export async function resetDeadLetters(
+  db: Queryable,
+  ids: readonly string[],
+  schema?: string,
+): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const { rows } = await db.query<{ id: string }>(RESET, [ids]);
+  const { rows } = await db.query<{ id: string }>(RESET(outboxTables(schema)), [ids]);
   return new Set(rows.map((r) => r.id));
 }
 
@@ -137,8 +144,9 @@ export async function discardDeadLetters(
   db: Queryable,
   ids: readonly string[],
   discardedBy: string | null,
+  schema?: string,
 ): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const { rows } = await db.query<{ id: string }>(DISCARD, [ids, discardedBy]);
+  const { rows } = await db.query<{ id: string }>(DISCARD(outboxTables(schema)), [ids, discardedBy]);
   return new Set(rows.map((r) => r.id));
 }

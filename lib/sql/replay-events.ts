@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { type OutboxTables, outboxTables } from '../db/schema.js';
 
 /** Which published events an operator asked to replay; every field narrows, absent fields do not. */
 export interface ReplayFilter {
@@ -53,14 +54,14 @@ function filterValues(filter: ReplayFilter): unknown[] {
   ];
 }
 
-const COUNT = `SELECT count(*)::int AS n FROM outbox_events WHERE ${WHERE}`;
+const COUNT = (t: OutboxTables) => `SELECT count(*)::int AS n FROM ${t.events} WHERE ${WHERE}`;
 
 // Oldest first (seq), like a redrive. FOR UPDATE: a concurrent replay of the
 // same rows waits for ours, then re-checks `processed_at IS NOT NULL` on the
 // new row version and drops the rows we reset, so no row is taken twice.
 // The dry run takes no locks.
-const SELECT = `
-SELECT id, aggregate_type, aggregate_id FROM outbox_events WHERE ${WHERE}
+const SELECT = (t: OutboxTables) => `
+SELECT id, aggregate_type, aggregate_id FROM ${t.events} WHERE ${WHERE}
 ORDER BY seq
 LIMIT $9`;
 
@@ -71,8 +72,8 @@ export interface SelectedEvent {
 }
 
 /** Counts every published event matching `filter` (no limit). */
-export async function countReplayable(db: Queryable, filter: ReplayFilter): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(COUNT, filterValues(filter));
+export async function countReplayable(db: Queryable, filter: ReplayFilter, schema?: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(COUNT(outboxTables(schema)), filterValues(filter));
   return rows[0]?.n ?? 0;
 }
 
@@ -81,10 +82,11 @@ export async function selectReplayable(
   db: Queryable,
   filter: ReplayFilter,
   limit: number,
-  options: { lock: boolean },
+  options: { lock: boolean; schema?: string | undefined },
 ): Promise<SelectedEvent[]> {
+  const select = SELECT(outboxTables(options.schema));
   const { rows } = await db.query<{ id: string; aggregate_type: string; aggregate_id: string }>(
-    options.lock ? `${SELECT}\nFOR UPDATE` : SELECT,
+    options.lock ? `${select}\nFOR UPDATE` : select,
     [...filterValues(filter), limit],
   );
   return rows.map((r) => ({ id: r.id, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id }));
@@ -109,38 +111,38 @@ export async function selectReplayable(
 //    published: busy.
 // Events of busy aggregates are left as they are (still published, still
 // matching): the caller reports them, and the next call takes them.
-const ENSURE_AGGREGATE_LOCKS = `
-INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id)
+const ENSURE_AGGREGATE_LOCKS = (t: OutboxTables) => `
+INSERT INTO ${t.aggregateLocks} (aggregate_type, aggregate_id)
 SELECT t, i FROM unnest($1::text[], $2::text[]) AS a(t, i)
 ORDER BY t, i
 ON CONFLICT (aggregate_type, aggregate_id) DO NOTHING`;
 
-const LOCK_AGGREGATES = `
+const LOCK_AGGREGATES = (t: OutboxTables) => `
 SELECT l.aggregate_type, l.aggregate_id
-FROM outbox_aggregate_locks l
+FROM ${t.aggregateLocks} l
 JOIN unnest($1::text[], $2::text[]) AS a(t, i) ON l.aggregate_type = a.t AND l.aggregate_id = a.i
 FOR UPDATE OF l SKIP LOCKED`;
 
-const HEADS = `
+const HEADS = (t: OutboxTables) => `
 SELECT h.id, a.t AS aggregate_type, a.i AS aggregate_id
 FROM unnest($1::text[], $2::text[]) AS a(t, i)
 CROSS JOIN LATERAL (
   SELECT e.id
-  FROM outbox_events e
+  FROM ${t.events} e
   WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
     AND e.aggregate_type = a.t
     AND e.aggregate_id = a.i
   ORDER BY e.aggregate_type, e.aggregate_id, e.seq
   LIMIT 1) h`;
 
-const LOCK_HEADS = `
-SELECT id FROM outbox_events WHERE id = ANY($1::uuid[])
+const LOCK_HEADS = (t: OutboxTables) => `
+SELECT id FROM ${t.events} WHERE id = ANY($1::uuid[])
 FOR UPDATE SKIP LOCKED`;
 
-const LEASED = `
+const LEASED = (t: OutboxTables) => `
 SELECT DISTINCT e.aggregate_type, e.aggregate_id
 FROM unnest($1::text[], $2::text[]) AS a(t, i)
-JOIN outbox_events e
+JOIN ${t.events} e
   ON e.aggregate_type = a.t AND e.aggregate_id = a.i
 WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
   AND e.locked_until > now()`;
@@ -163,34 +165,35 @@ function columns(aggregates: ReadonlyArray<{ aggregateType: string; aggregateId:
 export async function busyAggregates(
   db: Queryable,
   events: readonly SelectedEvent[],
-  options: { lock: boolean },
+  options: { lock: boolean; schema?: string | undefined },
 ): Promise<Set<string>> {
   const busy = new Set<string>();
   if (events.length === 0) return busy;
+  const tables = outboxTables(options.schema);
   const [types, ids] = columns(events);
   if (options.lock) {
-    await db.query(ENSURE_AGGREGATE_LOCKS, [types, ids]);
-    const { rows: held } = await db.query<{ aggregate_type: string; aggregate_id: string }>(LOCK_AGGREGATES, [
-      types,
-      ids,
-    ]);
+    await db.query(ENSURE_AGGREGATE_LOCKS(tables), [types, ids]);
+    const { rows: held } = await db.query<{ aggregate_type: string; aggregate_id: string }>(
+      LOCK_AGGREGATES(tables),
+      [types, ids],
+    );
     const ours = new Set(held.map((r) => key(r.aggregate_type, r.aggregate_id)));
     types!.forEach((t, n) => {
       if (!ours.has(key(t, ids![n]!))) busy.add(key(t, ids![n]!));
     });
     const { rows: heads } = await db.query<{ id: string; aggregate_type: string; aggregate_id: string }>(
-      HEADS,
+      HEADS(tables),
       [types, ids],
     );
     if (heads.length > 0) {
-      const { rows: locked } = await db.query<{ id: string }>(LOCK_HEADS, [heads.map((h) => h.id)]);
+      const { rows: locked } = await db.query<{ id: string }>(LOCK_HEADS(tables), [heads.map((h) => h.id)]);
       const got = new Set(locked.map((r) => r.id));
       for (const head of heads) {
         if (!got.has(head.id)) busy.add(key(head.aggregate_type, head.aggregate_id));
       }
     }
   }
-  const { rows: leased } = await db.query<{ aggregate_type: string; aggregate_id: string }>(LEASED, [
+  const { rows: leased } = await db.query<{ aggregate_type: string; aggregate_id: string }>(LEASED(tables), [
     types,
     ids,
   ]);
@@ -209,8 +212,8 @@ export const aggregateKey = (event: SelectedEvent) => key(event.aggregateType, e
 // (a replay goes to every target the routes name now).
 // `processed_at IS NOT NULL AND discarded_at IS NULL` again, so the statement
 // only ever takes published rows, even without the preceding lock.
-const RESET = `
-UPDATE outbox_events
+const RESET = (t: OutboxTables) => `
+UPDATE ${t.events}
 SET processed_at = NULL,
     first_processed_at = coalesce(first_processed_at, processed_at),
     replay_id = $2::uuid,
@@ -232,14 +235,15 @@ export async function resetForReplay(
   db: Queryable,
   ids: readonly string[],
   replayId: string,
+  schema?: string,
 ): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const { rows } = await db.query<{ id: string }>(RESET, [ids, replayId]);
+  const { rows } = await db.query<{ id: string }>(RESET(outboxTables(schema)), [ids, replayId]);
   return new Set(rows.map((r) => r.id));
 }
 
-const AUDIT = `
-INSERT INTO outbox_replays (id, requested_by, caller, filter, matched, replayed, event_ids)
+const AUDIT = (t: OutboxTables) => `
+INSERT INTO ${t.replays} (id, requested_by, caller, filter, matched, replayed, event_ids)
 VALUES ($1::uuid, $2::text, $3::jsonb, $4::jsonb, $5::int, $6::int, $7::uuid[])
 RETURNING requested_at`;
 
@@ -253,8 +257,8 @@ export interface ReplayAudit {
 }
 
 /** Writes the replay's audit row (in the replay's transaction); returns when it was recorded. */
-export async function insertReplayAudit(db: Queryable, audit: ReplayAudit): Promise<Date> {
-  const { rows } = await db.query<{ requested_at: Date }>(AUDIT, [
+export async function insertReplayAudit(db: Queryable, audit: ReplayAudit, schema?: string): Promise<Date> {
+  const { rows } = await db.query<{ requested_at: Date }>(AUDIT(outboxTables(schema)), [
     audit.id,
     audit.requestedBy,
     JSON.stringify(audit.caller),
@@ -279,17 +283,20 @@ export interface ReplayRecord {
   waiting: number;
 }
 
-const LIST = `
+const LIST = (t: OutboxTables) => `
 SELECT r.id, r.requested_at, r.requested_by, r.caller, r.filter, r.matched, r.replayed,
-       (SELECT count(*)::int FROM outbox_events e
+       (SELECT count(*)::int FROM ${t.events} e
         WHERE e.replay_id = r.id AND e.processed_at IS NULL) AS waiting
-FROM outbox_replays r
+FROM ${t.replays} r
 ORDER BY r.requested_at DESC, r.id
 LIMIT $1`;
 
 /** The most recent replays, newest first, with how many of their events still wait to go out. */
-export async function listReplays(db: Queryable, options: { limit?: number } = {}): Promise<ReplayRecord[]> {
-  const { rows } = await db.query(LIST, [options.limit ?? 20]);
+export async function listReplays(
+  db: Queryable,
+  options: { limit?: number | undefined; schema?: string | undefined } = {},
+): Promise<ReplayRecord[]> {
+  const { rows } = await db.query(LIST(outboxTables(options.schema)), [options.limit ?? 20]);
   return rows.map((r) => ({
     id: r.id,
     requestedAt: r.requested_at,
@@ -307,20 +314,25 @@ export async function listReplays(db: Queryable, options: { limit?: number } = {
 // with an event still waiting to be republished (pending, or a dead-lettered
 // replay): the audit row explains why that event is pending again. Found
 // through outbox_events_replays_waiting, which holds only such rows.
-const DELETE_OLD_REPLAYS = `
-DELETE FROM outbox_replays
+const DELETE_OLD_REPLAYS = (t: OutboxTables) => `
+DELETE FROM ${t.replays}
 WHERE id IN (
-  SELECT r.id FROM outbox_replays r
+  SELECT r.id FROM ${t.replays} r
   WHERE r.requested_at < $1::timestamptz
     AND NOT EXISTS (
-      SELECT 1 FROM outbox_events e
+      SELECT 1 FROM ${t.events} e
       WHERE e.replay_id = r.id AND e.replay_id IS NOT NULL AND e.processed_at IS NULL)
   ORDER BY r.requested_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED)`;
 
 /** Deletes at most `limit` audit rows of replays requested before `cutoff` with no event still waiting; returns how many. */
-export async function deleteOldReplays(db: Queryable, cutoff: Date, limit: number): Promise<number> {
-  const result = await db.query(DELETE_OLD_REPLAYS, [cutoff, limit]);
+export async function deleteOldReplays(
+  db: Queryable,
+  cutoff: Date,
+  limit: number,
+  schema?: string,
+): Promise<number> {
+  const result = await db.query(DELETE_OLD_REPLAYS(outboxTables(schema)), [cutoff, limit]);
   return result.rowCount ?? 0;
 }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { migrate } from '../../lib/db/migrate.js';
+import { migrateExample } from '../../scripts/local/example-schema.js';
 import { dropDatabase, ensureDatabase } from '../../scripts/local/postgres.js';
 
 export interface TestDatabase {
@@ -18,7 +19,8 @@ export function testDatabaseName(): string {
 
 /**
  * Creates an empty database of its own for one test file and (unless told not
- * to) applies the migrations, so test files never see each other's rows.
+ * to) applies the migrations and the reference stack's example tables, so
+ * test files never see each other's rows.
  */
 export async function createTestDatabase(
   options: { migrate?: boolean; poolSize?: number } = {},
@@ -26,7 +28,11 @@ export async function createTestDatabase(
   const adminUrl = inject('adminDatabaseUrl');
   const name = testDatabaseName();
   const url = await ensureDatabase(adminUrl, name);
-  if (options.migrate ?? true) await migrate({ databaseUrl: url });
+  if (options.migrate ?? true) {
+    await migrate({ databaseUrl: url });
+    // The reference stack's example tables (orders, order_notifications).
+    await migrateExample(url);
+  }
   const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10 });
   return {
     url,
