@@ -11,7 +11,8 @@ import { ConfigError } from './errors.js';
  *
  * A missing package becomes a {@link ConfigError} whose `variable` is the
  * feature (`largePayloads`, `DATABASE_SECRET_ARN`, `migrate()`) and whose
- * message says what to install. Any other load failure, including a package
+ * message says what to install (`largePayloads: @aws-sdk/client-s3 is not
+ * installed: npm i @aws-sdk/client-s3`). Any other load failure, including a package
  * that is installed but broken, propagates unchanged.
  *
  * @example
@@ -30,13 +31,9 @@ export async function importOptional<T>(
     return await load();
   } catch (error) {
     if (isMissing(error, packageName)) {
-      throw new ConfigError(
-        neededFor,
-        `${packageName} is not installed: npm i ${packageName} (needed for ${neededFor})`,
-        {
-          cause: error,
-        },
-      );
+      throw new ConfigError(neededFor, `${packageName} is not installed: npm i ${packageName}`, {
+        cause: error,
+      });
     }
     throw error;
   }

@@ -16,7 +16,7 @@ describe('importOptional', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as ConfigError).variable).toBe('largePayloads');
     expect((error as ConfigError).message).toBe(
-      `largePayloads: ${missing} is not installed: npm i ${missing} (needed for largePayloads)`,
+      `largePayloads: ${missing} is not installed: npm i ${missing}`,
     );
   });
 
