@@ -1,8 +1,12 @@
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeEach, describe, expect, it } from 'vitest';
+import { migrationSql } from '../lib/db/migrate.js';
 import { freePort } from '../scripts/local/free-port.js';
-import { useTestDatabase } from './support/database.js';
+import { createTestDatabase, useTestDatabase } from './support/database.js';
 import { insertEvents } from './support/events.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -14,7 +18,7 @@ interface Run {
   stderr: string;
 }
 
-/** `npx tsx scripts/outbox.ts ...args` as a child process, as an operator would run it. */
+/** `npx tsx lib/cli/main.ts ...args` (the package's bin, from source) as a child process, as an operator would run it. */
 function outbox(
   args: string[],
   env: Record<string, string | undefined> = { DATABASE_URL: db.url },
@@ -25,7 +29,7 @@ function outbox(
   return new Promise((resolve) => {
     execFile(
       'npx',
-      ['tsx', 'scripts/outbox.ts', ...args],
+      ['tsx', 'lib/cli/main.ts', ...args],
       { cwd: ROOT, env: childEnv, timeout: 30_000 },
       (error, stdout, stderr) => {
         const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
@@ -79,7 +83,7 @@ async function deadCount(): Promise<number> {
   return rows[0].n;
 }
 
-describe('scripts/outbox.ts', () => {
+describe('pg-lambda-outbox (lib/cli)', () => {
   it('status: counts as a table and as JSON', async () => {
     const [text, json] = await Promise.all([outbox(['status']), outbox(['status', '--json'])]);
     expect(text.code).toBe(0);
@@ -358,5 +362,137 @@ describe('scripts/outbox.ts', () => {
     ]);
     expectOneLineError(unset, 2, /^error: DATABASE_URL: is not set; .*`npm start` prints the URL/);
     expectOneLineError(down, 1, /^error: cannot reach the database in DATABASE_URL: .*ECONNREFUSED/);
+  });
+});
+
+describe('pg-lambda-outbox sql and migrate', () => {
+  /** The outbox's tables (and views) in one schema, by name. */
+  async function relations(pool: { query: typeof db.pool.query }, schema: string): Promise<string[]> {
+    const { rows } = await pool.query(
+      `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = $1 AND c.relkind IN ('r', 'v') ORDER BY 1`,
+      [schema],
+    );
+    return rows.map((r: { name: string }) => r.name);
+  }
+
+  it('sql: every migration in order, each under a header naming it; --after gives the newer ones; --out writes one file each', async () => {
+    const names = (await migrationSql()).map((m) => m.name);
+    expect(names.length).toBeGreaterThan(3);
+
+    const all = await outbox(['sql'], {});
+    expect(all.code).toBe(0);
+    const headers = [...all.stdout.matchAll(/^-- pg-lambda-outbox migration (\S+)/gm)].map((m) => m[1]);
+    expect(headers).toEqual(names);
+    expect(all.stdout).toMatch(/CREATE TABLE outbox_events/);
+
+    // The schema as a global flag (before the command) or from OUTBOX_SCHEMA.
+    const [flagged, fromEnv, after] = await Promise.all([
+      outbox(['--schema', 'outbox', 'sql'], {}),
+      outbox(['sql'], { OUTBOX_SCHEMA: 'outbox' }),
+      outbox(['sql', '--schema', 'outbox', '--after', names[1]!], {}),
+    ]);
+    expect(flagged.code).toBe(0);
+    expect(flagged.stdout).toMatch(/^CREATE SCHEMA IF NOT EXISTS "outbox";$/m);
+    expect(fromEnv.stdout).toBe(flagged.stdout);
+    expect([...after.stdout.matchAll(/^-- pg-lambda-outbox migration (\S+)/gm)].map((m) => m[1])).toEqual(
+      names.slice(2),
+    );
+
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'outbox-sql-'));
+    const written = await outbox(['sql', '--out', path.join(dir, 'outbox')], {});
+    expect(written.code).toBe(0);
+    expect(fs.readdirSync(path.join(dir, 'outbox')).sort()).toEqual(names.map((n) => `${n}.sql`));
+    fs.rmSync(dir, { recursive: true, force: true });
+
+    const [unknown, badSchema, upToDate] = await Promise.all([
+      outbox(['sql', '--after', 'nope'], {}),
+      outbox(['sql', '--schema', 'no-such schema'], {}),
+      outbox(['sql', '--after', names.at(-1)!], {}),
+    ]);
+    expectOneLineError(unknown, 2, /^error: after: no migration named "nope"; known: /);
+    expectOneLineError(badSchema, 2, /^error: --schema: expected a schema name of letters/);
+    expect(upToDate.code).toBe(0);
+    expect(upToDate.stdout).toBe('');
+    expect(upToDate.stderr).toMatch(/up to date/);
+  });
+
+  it("sql: the printed SQL, applied as a team's own migration tool would, creates the outbox in its schema", async () => {
+    const target = await createTestDatabase({ migrate: false });
+    try {
+      const printed = await outbox(['sql', '--schema', 'outbox_sql'], {});
+      expect(printed.code).toBe(0);
+      await target.pool.query(printed.stdout);
+      expect(await relations(target.pool, 'outbox_sql')).toEqual(
+        expect.arrayContaining([
+          'outbox_events',
+          'processed_events',
+          'outbox_replays',
+          'outbox_dead_letters',
+        ]),
+      );
+      expect(await relations(target.pool, 'public')).toEqual([]);
+    } finally {
+      await target.drop();
+    }
+  });
+
+  it('migrate: into a schema, then up to date; --no-notify and --notify switch the trigger; status reads that schema', async () => {
+    const target = await createTestDatabase({ migrate: false });
+    try {
+      const env = { DATABASE_URL: target.url };
+      const first = await outbox(['migrate', '--schema', 'outbox_cli'], env);
+      expect(first.code).toBe(0);
+      const names = (await migrationSql()).map((m) => m.name);
+      expect(first.stdout).toContain(`applied in schema outbox_cli: ${names.join(', ')}`);
+      expect(await relations(target.pool, 'outbox_cli')).toEqual(
+        expect.arrayContaining(['outbox_events', 'outbox_migrations', 'processed_events']),
+      );
+      expect(await relations(target.pool, 'public')).toEqual([]);
+
+      const trigger = async () => {
+        const { rows } = await target.pool.query(
+          `SELECT t.tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'outbox_cli' AND t.tgname = 'outbox_events_notify'`,
+        );
+        return rows[0]?.tgenabled;
+      };
+      const off = await outbox(['migrate', '--no-notify'], { ...env, OUTBOX_SCHEMA: 'outbox_cli' });
+      expect(off.code).toBe(0);
+      expect(off.stdout).toMatch(/^outbox tables in schema outbox_cli are up to date$/m);
+      expect(off.stdout).toMatch(/^NOTIFY trigger disabled$/m);
+      expect(await trigger()).toBe('D');
+      const on = await outbox(['--schema', 'outbox_cli', 'migrate', '--notify'], env);
+      expect(on.stdout).toMatch(/^NOTIFY trigger enabled$/m);
+      expect(await trigger()).toBe('O');
+
+      await target.pool.query(
+        `INSERT INTO outbox_cli.outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+         VALUES (gen_random_uuid(), 'order', 'o-1', 'order.created', '{}')`,
+      );
+      const status = await outbox(['status', '--schema', 'outbox_cli', '--json'], env);
+      expect(status.code).toBe(0);
+      expect(JSON.parse(status.stdout)).toMatchObject({ pending: 1, deadLetters: 0 });
+      // Without the schema the tables are not on the search_path.
+      const elsewhere = await outbox(['status'], env);
+      expectOneLineError(elsewhere, 1, /outbox_events.* does not exist/);
+    } finally {
+      await target.drop();
+    }
+  });
+
+  it('migrate without DATABASE_URL: a one-line error saying what to do', async () => {
+    expectOneLineError(await outbox(['migrate'], {}), 2, /^error: DATABASE_URL: is not set; /);
+  });
+
+  it('--help on every command', async () => {
+    const commands = ['status', 'dead-letters', 'redrive', 'discard', 'replay', 'replays', 'sql', 'migrate'];
+    const runs = await Promise.all(commands.map((c) => outbox([c, '--help'], {})));
+    runs.forEach((run, i) => {
+      expect(run.code).toBe(0);
+      expect(run.stdout).toMatch(new RegExp(`^Usage: pg-lambda-outbox ${commands[i]} \\[options\\]`));
+      expect(run.stdout).toMatch(/--schema <name>/);
+    });
   });
 });

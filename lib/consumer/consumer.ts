@@ -48,6 +48,23 @@ function fifoGroup(record: SQSRecord): string | undefined {
   return fifo ? record.attributes?.MessageGroupId : undefined;
 }
 
+/**
+ * The deadline or lost connection behind a handler's error. An ORM used in
+ * the handler (docs/orm.md) may wrap the error of the statement it ran
+ * (Drizzle's `cause`, TypeORM's `driverError`); the record failed for what is
+ * underneath, and is reported as such.
+ */
+function databaseFailureIn(error: unknown): TransactionTimeoutError | DatabaseUnavailableError | undefined {
+  let current = error as { cause?: unknown; driverError?: unknown } | null | undefined;
+  for (let depth = 0; current && depth < 5; depth++) {
+    if (current instanceof TransactionTimeoutError || current instanceof DatabaseUnavailableError) {
+      return current;
+    }
+    current = (current.cause ?? current.driverError) as typeof current;
+  }
+  return undefined;
+}
+
 function receiveCount(record: SQSRecord): number {
   const count = Number(record.attributes?.ApproximateReceiveCount);
   return Number.isFinite(count) ? count : 1;
@@ -253,7 +270,8 @@ class SqsConsumer implements Consumer {
       } else logger.debug('event processed', fields);
       return { messageId, status, eventId: envelope.id, eventType: envelope.type };
     } catch (caught) {
-      const error = caught instanceof Error ? caught : new Error(String(caught));
+      const error =
+        databaseFailureIn(caught) ?? (caught instanceof Error ? caught : new Error(String(caught)));
       logger.error(
         error instanceof TransactionTimeoutError
           ? 'record cut off: the invocation ran out of time; transaction rolled back, the message will be retried'

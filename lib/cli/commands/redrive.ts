@@ -1,0 +1,100 @@
+import type { Command } from 'commander';
+import { type RedriveResult, redriveDeadLetters } from '../../operations/redrive.js';
+import type { RedriveInput } from '../../operations/redrive-input.js';
+import { collect, given, operator, print, printJson, schemaOf, wholeNumber, withPool } from '../shared.js';
+import { deadLetterCount } from './dead-letters.js';
+
+interface RedriveFlags {
+  id?: string[];
+  type?: string;
+  aggregateType?: string;
+  aggregateId?: string;
+  after?: string;
+  before?: string;
+  limit?: number;
+  all?: boolean;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+type Action = 'redrive' | 'discard';
+
+/** redrive and discard take the same filters; only the verb differs. */
+function deadLetterCommand(cli: Command, action: Action, description: string, verb: string, noun: string) {
+  cli
+    .command(action)
+    .description(description)
+    .option('--id <uuid>', 'event id (repeatable)', collect)
+    .option('--type <eventType>', 'event type')
+    .option('--aggregate-type <type>', 'aggregate type')
+    .option('--aggregate-id <id>', 'aggregate id')
+    .option('--after <iso>', 'dead-lettered at or after (ISO 8601 with offset, e.g. 2025-01-31T12:00:00Z)')
+    .option('--before <iso>', 'dead-lettered before (ISO 8601 with offset)')
+    .option('--limit <n>', `most rows to ${verb} (default 100, at most 10000)`, wholeNumber(0))
+    .option('--all', 'allow an empty filter: every dead letter, up to --limit')
+    .option('--dry-run', `show what would be ${noun}; change nothing`)
+    .option('--json', 'print JSON')
+    .action(async (flags: RedriveFlags, command: Command) => {
+      const schema = schemaOf(command);
+      const input: RedriveInput = given({
+        action,
+        ids: flags.id,
+        eventType: flags.type,
+        aggregateType: flags.aggregateType,
+        aggregateId: flags.aggregateId,
+        deadLetteredAfter: flags.after,
+        deadLetteredBefore: flags.before,
+        limit: flags.limit,
+        all: flags.all,
+        dryRun: flags.dryRun,
+        requestedBy: operator(),
+      });
+      const result = await withPool((pool) => redriveDeadLetters(pool, input, { schema }));
+      if (flags.json) return printJson(result);
+      print(describeRedrive(result));
+    });
+}
+
+export function redriveCommand(cli: Command): void {
+  deadLetterCommand(
+    cli,
+    'redrive',
+    'move dead letters back to pending; try --dry-run first',
+    'reset',
+    'reset',
+  );
+}
+
+export function discardCommand(cli: Command): void {
+  deadLetterCommand(
+    cli,
+    'discard',
+    'finish dead letters without publishing them (releases an aggregate held in ordered mode); try --dry-run first',
+    'discard',
+    'discarded',
+  );
+}
+
+function describeRedrive(result: RedriveResult): string {
+  const lines: string[] = [];
+  const beyond = result.matched - result.ids.length;
+  if (result.action === 'discard') {
+    lines.push(
+      result.dryRun
+        ? `dry run: matched ${deadLetterCount(result.matched)}; ${result.ids.length} would be discarded (never published). Nothing was changed.`
+        : `discarded ${deadLetterCount(result.discarded)} (${result.matched} matched): finished without being published; their aggregates are released.`,
+    );
+  } else if (result.dryRun) {
+    lines.push(
+      `dry run: matched ${deadLetterCount(result.matched)}; ${result.ids.length} would be reset. Nothing was changed.`,
+    );
+  } else {
+    lines.push(
+      `reset ${deadLetterCount(result.reset)} to pending (${result.matched} matched); the relay publishes them on its next run.`,
+    );
+  }
+  lines.push(...result.ids.map((id) => `  ${id}`));
+  if (beyond > 0)
+    lines.push(`${beyond} more match beyond the limit; run again (or raise --limit) for the rest.`);
+  return lines.join('\n');
+}

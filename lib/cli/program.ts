@@ -1,0 +1,99 @@
+import { Command, CommanderError } from 'commander';
+import { ConfigError, ValidationError } from '../errors.js';
+import { oneLine } from '../operations/text-table.js';
+import { deadLettersCommand } from './commands/dead-letters.js';
+import { migrateCommand } from './commands/migrate.js';
+import { discardCommand, redriveCommand } from './commands/redrive.js';
+import { replayCommand } from './commands/replay.js';
+import { replaysCommand } from './commands/replays.js';
+import { sqlCommand } from './commands/sql.js';
+import { statusCommand } from './commands/status.js';
+import { CLI_NAME } from './shared.js';
+
+/**
+ * The `pg-lambda-outbox` command: operate the outbox (status, dead letters,
+ * redrive, discard, replay) and manage its tables (sql, migrate).
+ *
+ * Each command is one file under commands/ that adds itself to the program;
+ * a new command is a new file and one entry in {@link COMMANDS}. Exit codes:
+ * 0 ok, 1 failure (e.g. database unreachable), 2 bad usage or input; the
+ * reason is one line on stderr.
+ */
+export const COMMANDS: ReadonlyArray<(cli: Command) => void> = [
+  statusCommand,
+  deadLettersCommand,
+  redriveCommand,
+  discardCommand,
+  replayCommand,
+  replaysCommand,
+  sqlCommand,
+  migrateCommand,
+];
+
+const EXIT_FAILURE = 1;
+const EXIT_USAGE = 2;
+
+/** Library fields as the CLI spells them, so an error points at the flag to fix. */
+const FLAGS: Record<string, string> = {
+  ids: '--id',
+  eventType: '--type',
+  aggregateType: '--aggregate-type',
+  aggregateId: '--aggregate-id',
+  deadLetteredAfter: '--after',
+  deadLetteredBefore: '--before',
+  publishedAfter: '--published-after',
+  publishedBefore: '--published-before',
+  createdAfter: '--created-after',
+  createdBefore: '--created-before',
+  limit: '--limit',
+  all: '--all',
+};
+
+/** The command tree; exported for tests that want to parse without a child process. */
+export function program(): Command {
+  const cli = new Command()
+    .name(CLI_NAME)
+    .description('Operate the transactional outbox and manage its tables (connects with DATABASE_URL)')
+    .option(
+      '--schema <name>',
+      "schema of the outbox tables (default: $OUTBOX_SCHEMA, else the connection's search_path)",
+    )
+    .configureHelp({ showGlobalOptions: true })
+    .showSuggestionAfterError()
+    // One line, like every other error here: commander puts "(Did you mean ...?)" on a line of its own.
+    .configureOutput({ outputError: (text, write) => write(`${text.trimEnd().replace(/\s*\n\s*/g, ' ')}\n`) })
+    .exitOverride();
+  // Added after the settings above, so every command inherits them (one-line
+  // errors, suggestions, no process.exit).
+  for (const add of COMMANDS) add(cli);
+  return cli;
+}
+
+/** One line an operator can act on, whatever was thrown. */
+function describe(error: unknown): string {
+  if (error instanceof ValidationError) {
+    const flag = FLAGS[error.field.replace(/\[\d+\]$/, '')];
+    return flag ? `${error.message} (${flag})` : error.message;
+  }
+  const e = error as NodeJS.ErrnoException & { errors?: Error[] };
+  // Node reports a refused connection to several addresses as an AggregateError with no message.
+  const message =
+    e?.message || e?.errors?.map((inner) => inner.message).join('; ') || e?.code || String(error);
+  if (e?.code && ['ECONNREFUSED', 'ENOTFOUND', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(e.code)) {
+    return `cannot reach the database in DATABASE_URL: ${message}`;
+  }
+  return oneLine(message, 500);
+}
+
+/** Runs the CLI on `argv` (as `process.argv`) and returns the exit code. */
+export async function main(argv: string[]): Promise<number> {
+  try {
+    await program().parseAsync(argv);
+    return 0;
+  } catch (error) {
+    // Commander has already printed its own one-line message (or the help).
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : EXIT_USAGE;
+    process.stderr.write(`error: ${describe(error)}\n`);
+    return error instanceof ValidationError || error instanceof ConfigError ? EXIT_USAGE : EXIT_FAILURE;
+  }
+}

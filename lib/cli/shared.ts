@@ -1,0 +1,90 @@
+/**
+ * What every command shares: the database from `DATABASE_URL`, the global
+ * `--schema`, output, and the option parsers. A command file takes what it
+ * needs from here and adds one subcommand to the program.
+ */
+import os from 'node:os';
+import { type Command, InvalidArgumentError } from 'commander';
+import pg from 'pg';
+import { schemaVar } from '../config/env.js';
+import { validateSchemaName } from '../db/schema.js';
+import { ConfigError } from '../errors.js';
+
+/** The name the package's `bin` installs, used in help and error texts. */
+export const CLI_NAME = 'pg-lambda-outbox';
+
+export function databaseUrl(env: NodeJS.ProcessEnv = process.env): string {
+  const url = env.DATABASE_URL?.trim();
+  if (!url) {
+    throw new ConfigError(
+      'DATABASE_URL',
+      `is not set; point it at the outbox database, e.g. DATABASE_URL=postgres://user@host:5432/db ${CLI_NAME} status (\`npm start\` prints the URL of the local stack)`,
+    );
+  }
+  return url;
+}
+
+/**
+ * The schema of the outbox tables: `--schema` (given before or after the
+ * command), else `OUTBOX_SCHEMA`, else none (the connection's `search_path`).
+ */
+export function schemaOf(command: Command): string | undefined {
+  const flag = command.optsWithGlobals<{ schema?: string }>().schema;
+  if (flag !== undefined) return validateSchemaName(flag, '--schema');
+  return schemaVar(process.env);
+}
+
+/** A pool of one connection for the length of a command. */
+export async function withPool<T>(fn: (pool: pg.Pool) => Promise<T>): Promise<T> {
+  const pool = new pg.Pool({
+    connectionString: databaseUrl(),
+    max: 1,
+    connectionTimeoutMillis: 5_000,
+    application_name: CLI_NAME,
+  });
+  // An idle client dropped by the server must not crash the process with an unhandled 'error'.
+  pool.on('error', () => {});
+  try {
+    return await fn(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
+export function print(text: string): void {
+  process.stdout.write(`${text}\n`);
+}
+
+export const printJson = (value: unknown) => print(JSON.stringify(value, null, 2));
+
+/** An option parser for a whole number; with `max` > 0, also 1 to `max`. */
+export function wholeNumber(max: number) {
+  return (value: string): number => {
+    if (!/^\d+$/.test(value)) throw new InvalidArgumentError('expected a whole number.');
+    const n = Number(value);
+    if (max > 0 && (n < 1 || n > max)) throw new InvalidArgumentError(`expected a number from 1 to ${max}.`);
+    return n;
+  };
+}
+
+/** A repeatable option's values. */
+export const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+export function osUser(): string | undefined {
+  try {
+    return os.userInfo().username;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Who ran the command, as recorded with a redrive, discard or replay. */
+export function operator(): string {
+  const user = osUser();
+  return user ? `cli:${user}@${os.hostname()}` : `cli:${os.hostname()}`;
+}
+
+/** The input without the flags that were not given (the library counts given filters). */
+export function given<T extends object>(input: T): T {
+  return Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)) as T;
+}
