@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
-import type { S3Client } from '@aws-sdk/client-s3';
+import type { GetObjectCommandOutput } from '@aws-sdk/client-s3';
 import { OutboxError } from '../errors.js';
 import { importOptional } from '../optional-dependency.js';
+import type { S3Sender } from '../publish/claim-check.js';
 import type { Envelope, PayloadRef } from '../publish/envelope.js';
 
 /**
@@ -27,7 +28,7 @@ const NOT_FOUND = new Set(['NoSuchKey', 'NotFound', 'NoSuchBucket']);
 export async function resolvePayload(
   envelope: Envelope,
   ref: PayloadRef,
-  s3: Pick<S3Client, 'send'> | undefined,
+  s3: S3Sender | undefined,
   abortSignal?: AbortSignal,
 ): Promise<Envelope> {
   const where = `s3://${ref.s3.bucket}/${ref.s3.key}`;
@@ -45,9 +46,9 @@ export async function resolvePayload(
   );
   let bytes: Uint8Array;
   try {
-    const response = await s3.send(new GetObjectCommand({ Bucket: ref.s3.bucket, Key: ref.s3.key }), {
+    const response = (await s3.send(new GetObjectCommand({ Bucket: ref.s3.bucket, Key: ref.s3.key }), {
       abortSignal,
-    });
+    })) as GetObjectCommandOutput;
     if (!response.Body) throw new Error('the response has no body');
     bytes = await response.Body.transformToByteArray();
   } catch (error) {

@@ -1,11 +1,20 @@
 import { createHash } from 'node:crypto';
-import type { S3Client } from '@aws-sdk/client-s3';
 import { importOptional } from '../optional-dependency.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { guardedCall, payloadStoreFailure } from './batching.js';
 import type { PayloadRef } from './envelope.js';
 import { compactJson } from './messages.js';
 import type { SendContext, TargetResult } from './types.js';
+
+/**
+ * What the claim check needs of an S3 client: its `send`. Written out rather
+ * than `Pick<S3Client, 'send'>` so that the published declarations name no
+ * AWS SDK type: a consumer or relay that never stores a payload type-checks
+ * without @aws-sdk/client-s3 installed. An `S3Client` is one.
+ */
+export interface S3Sender {
+  send(command: object, options?: { abortSignal?: AbortSignal | undefined }): Promise<unknown>;
+}
 
 /**
  * The claim-check pattern: a payload too large for a target's message is
@@ -19,7 +28,7 @@ export interface LargePayloadOptions {
   bucket: string;
   /** Key prefix, without a trailing slash. Default `payloads`. */
   prefix?: string | undefined;
-  s3: Pick<S3Client, 'send'>;
+  s3: S3Sender;
 }
 
 /** The payload text the relay publishes (the committed text, compacted). */

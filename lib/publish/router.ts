@@ -1,5 +1,4 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import pLimit from 'p-limit';
 import { z } from 'zod';
@@ -7,7 +6,7 @@ import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { aggregateKey, heldBack } from './batching.js';
 import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
-import { type LargePayloadOptions, PayloadStore } from './claim-check.js';
+import { type LargePayloadOptions, PayloadStore, type S3Sender } from './claim-check.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
 import { type RouteConfig, RouteTable, routesSchema, type TargetConfig, targetKey } from './routes.js';
 import { SqsTransport } from './sqs-transport.js';
@@ -242,7 +241,7 @@ const optionsSchema = z.object({
     .object({
       bucket: z.string().min(1),
       prefix: z.string().optional(),
-      s3: z.custom<Pick<S3Client, 'send'>>(hasSend, 'expected an S3 client'),
+      s3: z.custom<S3Sender>(hasSend, 'expected an S3 client'),
     })
     .optional(),
 });
