@@ -1,4 +1,3 @@
-import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import { ConnectionLostError, guardPool } from '../db/connection-guard.js';
 import { TransactionTimeoutError } from '../db/guarded-client.js';
 import { withTransaction } from '../db/transaction.js';
@@ -13,6 +12,7 @@ import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
 import { recordTrace } from './record-trace.js';
+import type { SQSEvent, SQSRecord } from './sqs-types.js';
 
 export interface HandleOptions {
   /**

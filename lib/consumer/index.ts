@@ -13,3 +13,12 @@ export type { MessageSource } from './message-body.js';
 export type { ConsumerOptions } from './options.js';
 export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';
 export type { RecordTrace } from './record-trace.js';
+export type {
+  SQSBatchItemFailure,
+  SQSBatchResponse,
+  SQSEvent,
+  SQSMessageAttribute,
+  SQSMessageAttributes,
+  SQSRecord,
+  SQSRecordAttributes,
+} from './sqs-types.js';

@@ -1,8 +1,8 @@
-import type { S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
 import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
+import type { S3Sender } from '../publish/claim-check.js';
 import type { EventHandler, HandlerMap } from './handlers.js';
 
 export interface ConsumerOptions<Events extends Record<string, unknown> = Record<string, unknown>> {
@@ -47,7 +47,7 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * checked (size, SHA-256) before dedupe, so handlers get `event.payload`
    * as usual. Without it such a record fails (and is retried).
    */
-  s3?: Pick<S3Client, 'send'> | undefined;
+  s3?: S3Sender | undefined;
   /**
    * The schema of the dedupe tables (`processed_events`,
    * `processed_event_replays`), as given to `migrate({ schema })`. Default:
@@ -64,7 +64,7 @@ export interface ResolvedConsumerOptions {
   logger: OutboxLogger;
   safetyMarginMs: number;
   replays: 'skip' | 'handle';
-  s3: Pick<S3Client, 'send'> | undefined;
+  s3: S3Sender | undefined;
   schema: string | undefined;
 }
 

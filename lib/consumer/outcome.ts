@@ -1,4 +1,4 @@
-import type { SQSBatchResponse } from 'aws-lambda';
+import type { SQSBatchResponse } from './sqs-types.js';
 
 /**
  * What became of one SQS record.

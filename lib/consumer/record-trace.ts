@@ -1,4 +1,3 @@
-import type { SQSRecord } from 'aws-lambda';
 import type { Envelope } from '../publish/envelope.js';
 import {
   fromXrayTraceHeader,
@@ -8,6 +7,7 @@ import {
   type TraceContext,
   tracestateProblem,
 } from '../trace/trace-context.js';
+import type { SQSRecord } from './sqs-types.js';
 
 /** The producer's trace context as a handler sees it (`context.trace`). */
 export interface RecordTrace extends TraceContext {

@@ -212,12 +212,23 @@ export const AWS_PUBLISHER_DEFAULTS = {
   concurrency: 8,
 } as const;
 
+/**
+ * What the publisher needs of an AWS SDK v3 client: its `send`. Written out
+ * rather than `Pick<SQSClient, 'send'>` so that the published declarations
+ * name no AWS SDK type: a relay with SQS targets only type-checks without
+ * @aws-sdk/client-eventbridge installed, and the other way round. An
+ * `SQSClient` or `EventBridgeClient` is one.
+ */
+export interface AwsClient {
+  send(command: object, options?: { abortSignal?: AbortSignal | undefined }): Promise<unknown>;
+}
+
 export interface AwsPublisherOptions extends RoutingPublisherOptions {
   routes: readonly RouteConfig[];
   /** Needed when a route has an SQS target. */
-  sqs?: Pick<SQSClient, 'send'> | undefined;
+  sqs?: AwsClient | undefined;
   /** Needed when a route has an EventBridge target. */
-  eventBridge?: Pick<EventBridgeClient, 'send'> | undefined;
+  eventBridge?: AwsClient | undefined;
   /** EventBridge `Source` for targets that do not set their own. Default `outbox`. */
   source?: string | undefined;
   /** API calls in flight at once, across all targets: 1 to 256. Default 8. */
@@ -295,7 +306,8 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
     ([key, target]): Transport =>
       target.type === 'sqs'
         ? new SqsTransport({
-            client: sqs!,
+            // Either client's send is the SDK's own; its typed form is internal.
+            client: sqs as Pick<SQSClient, 'send'>,
             queueUrl: target.queueUrl,
             maxMessageBytes: target.maxMessageBytes,
             schedule,
@@ -303,7 +315,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             payloads,
           })
         : new EventBridgeTransport({
-            client: eventBridge!,
+            client: eventBridge as Pick<EventBridgeClient, 'send'>,
             busName: target.busName,
             source: target.source ?? source,
             key,
