@@ -20,6 +20,8 @@ export type {
   TargetResult,
 } from '../publish/types.js';
 export type { BackoffPolicy } from './backoff.js';
+export { type StartRelayOptions, startRelayFromEnv } from './container.js';
 export { type ListenOptions, listenSignal, sleepSignal, type WorkSignal } from './notifier.js';
 export { RELAY_DEFAULTS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 export { type BatchReport, Relay, type RelayDeps, type RelaySummary, type RunOptions } from './relay.js';
+export { type RelayRunnerSummary, type RunRelayOptions, runRelay } from './runner.js';
