@@ -183,10 +183,19 @@ describe('ordered claim', () => {
 
   it('keeps the claim rules: attempts counted, lease set, exhausted heads dead-lettered by the claim', async () => {
     await fill(4, 2);
-    await db.pool.query(`UPDATE outbox_events SET attempts = 3 WHERE payload->>'g' = '0'`);
+    // g 0 lost its last lease while claimed alone, on its last attempt: it keeps killing the relay.
+    await db.pool.query(
+      `UPDATE outbox_events SET attempts = 3, locked_by = gen_random_uuid(), claimed_alone = true,
+                                locked_until = now() - interval '1 second'
+       WHERE payload->>'g' = '0'`,
+    );
+    // An orphan among the heads is claimed alone: here it is dead-lettered, and nothing else is taken.
+    const isolated = await claimBatch(db.pool, params({ maxAttempts: 3 }));
+    expect(isolated.exhausted.map((e) => e.aggregateId)).toEqual(['order-0']);
+    expect(isolated.events).toEqual([]);
     const leaseId = randomUUID();
     const claim = await claimBatch(db.pool, params({ maxAttempts: 3, leaseId }));
-    expect(claim.exhausted.map((e) => e.aggregateId)).toEqual(['order-0']);
+    expect(claim.exhausted).toEqual([]);
     expect(claim.events.map((e) => [e.aggregateId, e.attempts])).toEqual([['order-1', 1]]);
     expect(claim.events[0]?.payloadJson).toBe('{"g": 1}');
     const { rows } = await db.pool.query(

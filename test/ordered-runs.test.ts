@@ -153,7 +153,8 @@ describe('ordered claim: runs', () => {
     // h1 has used every attempt: the claim dead-letters it, and with block nothing behind it is claimed.
     await db.pool.query(
       `UPDATE outbox_events SET locked_until = NULL, locked_by = NULL, dead_lettered_at = NULL;
-       UPDATE outbox_events SET attempts = 20 WHERE payload->>'k' = '1'`,
+       UPDATE outbox_events SET attempts = 20, locked_by = gen_random_uuid(), claimed_alone = true,
+                                locked_until = now() - interval '1 second' WHERE payload->>'k' = '1'`,
     );
     const claim = await claimBatch(db.pool, params({ deadLetterPolicy: 'block' }));
     expect(labels(claim.events)).toEqual(['h0']);

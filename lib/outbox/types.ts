@@ -48,6 +48,13 @@ export interface OutboxEvent {
    * `<id>:<replayId>`).
    */
   replayId?: string | undefined;
-  /** When the replay was requested; a replay's pending age counts from here, not from `createdAt`. */
+  /** When the replay was requested. */
   replayedAt?: Date | undefined;
+  /**
+   * Since when the event has been failing for reasons of the environment
+   * (outage, throttling, an open circuit, a deadline), counted from the last
+   * time it was asked to go out (enqueue, redrive, replay). Absent until the
+   * first such failure. The maximum pending age counts from here.
+   */
+  failingSince?: Date | undefined;
 }

@@ -368,6 +368,7 @@ export class Relay {
         delayMs: verdict.delayMs,
         delivered: outcome.delivered,
         refund: verdict.refund,
+        failing: verdict.refund,
         waitingFor: verdict.refund ? outcome.waitingFor : undefined,
       };
     });
@@ -377,8 +378,10 @@ export class Relay {
    * Dead letter or retry, and whether the attempt counts:
    * - the event's fault (not retryable): dead letter now;
    * - the environment's fault: retry without spending the attempt, after the
-   *   target's hold or the backoff, until the event is older than the
-   *   maximum pending age;
+   *   target's hold or the backoff, until such failures have lasted longer
+   *   than the maximum pending age since the event was last asked to go out
+   *   (`failingSince`: a redrive, a replay, or a backlog that waited for a
+   *   relay that was down does not count against it);
    * - otherwise: retry with backoff until the attempts are used up.
    */
   private verdict(
@@ -387,11 +390,11 @@ export class Relay {
   ): { dead: string; delayMs?: never; refund?: never } | { dead?: never; delayMs: number; refund: boolean } {
     if (!outcome.retryable) return { dead: outcome.error };
     if (outcome.environment) {
-      // A replay is pending since it was requested, not since the event was written.
-      const ageMs = this.now() - (event.replayedAt ?? event.createdAt).getTime();
-      if (ageMs > this.options.maxPendingAgeMs) {
+      // Counted from the first of this run of failures; none before: this is it.
+      const ageMs = event.failingSince === undefined ? 0 : this.now() - event.failingSince.getTime();
+      if (ageMs >= this.options.maxPendingAgeMs) {
         return {
-          dead: `pending for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`,
+          dead: `failing for reasons of the environment for longer than the maximum age (${this.options.maxPendingAgeMs} ms); last error: ${outcome.error}`,
         };
       }
       // attempts includes this claim, which the refund gives back.

@@ -56,9 +56,19 @@ export interface ClaimResult {
 //   outbox_events_claimable in seq order and stops after LIMIT rows.
 // - A row is claimable when it is not leased (or its lease expired: the relay
 //   holding it died) and not backing off.
-// - Every claim counts as an attempt. A row whose attempts are all used and is
-//   still unfinished lost its last lease without an outcome (it keeps killing
-//   the relay): it becomes a dead letter here instead of looping forever.
+// - Fault isolation. A row still carrying a lease holder (`locked_by`) when
+//   it is claimable again is an orphan: its lease expired without an outcome
+//   (the relay died, timed out, or could not record the outcome). If the
+//   claim finds orphans among the rows it would take, it takes only the
+//   earliest of them, alone (`suspect`), and leaves the rest for the next
+//   claims. An orphan of a batch is not known to be at fault: its lost lease
+//   is not counted (attempts stay as they were). An orphan whose lost lease
+//   held it alone killed the relay by itself: that lease counts, and once its
+//   attempts are used up the claim dead-letters it instead of looping
+//   forever. So a poison row ends in dead letters alone, its neighbours are
+//   published.
+// - Every other claim counts as an attempt (an outcome that blames the
+//   environment gives it back, see complete-batch.ts).
 //
 // Ordered mode claims, for each aggregate whose head (earliest unfinished
 // event) is claimable, the head and up to `perAggregate` - 1 unfinished events
@@ -218,7 +228,7 @@ cand AS (
   LIMIT $1
 ),
 locked AS (
-  SELECT e.id
+  SELECT e.id, e.locked_by IS NOT NULL AS orphan
   FROM ${t.events} e
   WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
@@ -227,18 +237,20 @@ locked AS (
   FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-  SELECT k.id
+  SELECT k.id, k.seq, k.orphan, k.position = 1 AS head
   FROM (
-    SELECT g.id, g.position,
+    SELECT g.id, g.seq, g.position, coalesce(g.orphan, false) AS orphan,
            count(*) FILTER (WHERE g.got) OVER (PARTITION BY g.head_seq ORDER BY g.seq) AS locked_so_far
-    FROM (SELECT cand.*, cand.id IN (SELECT locked.id FROM locked) AS got FROM cand) g) k
+    FROM (SELECT cand.*, cand.id IN (SELECT locked.id FROM locked) AS got,
+                 cand.id IN (SELECT locked.id FROM locked WHERE locked.orphan) AS orphan
+          FROM cand) g) k
   WHERE k.locked_so_far = k.position
 )`;
 }
 
 const unorderedPicked = (t: OutboxTables, fromSeq: boolean) => `
 WITH picked AS (
-  SELECT e.id
+  SELECT e.id, e.seq, e.locked_by IS NOT NULL AS orphan, true AS head
   FROM ${t.events} e
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
@@ -249,23 +261,41 @@ WITH picked AS (
   FOR UPDATE SKIP LOCKED
 )`;
 
+// The tail shared by both modes: `picked` (id, seq, orphan, head) is what the
+// claim would take; with an orphan among the heads, only the earliest one is
+// taken (see "Fault isolation" above). In the SET list, `e` is the row as it
+// was before this claim: `e.locked_by IS NOT NULL` is "orphan" and
+// `e.claimed_alone` says whether its lost lease held it alone.
 function claimSql(t: OutboxTables, picked: string): string {
-  return `${picked}
+  const spent = `e.locked_by IS NOT NULL AND e.claimed_alone AND e.attempts >= $4`;
+  return `${picked},
+suspect AS (
+  SELECT p.id FROM picked p WHERE p.orphan AND p.head ORDER BY p.seq LIMIT 1
+),
+taken AS (
+  SELECT s.id FROM suspect s
+  UNION ALL
+  SELECT p.id FROM picked p WHERE NOT EXISTS (SELECT 1 FROM suspect)
+),
+size AS (SELECT count(*) AS n FROM taken)
 UPDATE ${t.events} e
-SET attempts = CASE WHEN e.attempts >= $4 THEN e.attempts ELSE e.attempts + 1 END,
-    locked_until = CASE WHEN e.attempts >= $4 THEN NULL ELSE now() + $2 * interval '1 millisecond' END,
-    locked_by = CASE WHEN e.attempts >= $4 THEN NULL ELSE $3::uuid END,
-    dead_lettered_at = CASE WHEN e.attempts >= $4 THEN now() END,
-    last_error = CASE WHEN e.attempts >= $4
+SET attempts = CASE WHEN ${spent} THEN e.attempts
+                    WHEN e.locked_by IS NOT NULL AND NOT e.claimed_alone THEN e.attempts
+                    ELSE e.attempts + 1 END,
+    locked_until = CASE WHEN ${spent} THEN NULL ELSE now() + $2 * interval '1 millisecond' END,
+    locked_by = CASE WHEN ${spent} THEN NULL ELSE $3::uuid END,
+    claimed_alone = (SELECT n FROM size) = 1,
+    dead_lettered_at = CASE WHEN ${spent} THEN now() END,
+    last_error = CASE WHEN ${spent}
       THEN 'attempt limit reached: lease expired without an outcome after ' || e.attempts
-           || ' attempts (the relay crashed or timed out while publishing)'
+           || ' attempts in which it was claimed alone (the relay crashed or timed out while publishing it)'
            || coalesce('; previous error: ' || e.last_error, '')
       ELSE e.last_error END
-FROM picked
-WHERE e.id = picked.id
+FROM taken
+WHERE e.id = taken.id
 RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted,
-          e.replay_id, e.replayed_at`;
+          e.replay_id, e.replayed_at, e.failing_since`;
 }
 
 const claimStatements = perSchema((t) => ({
@@ -289,6 +319,7 @@ interface Row {
   exhausted: boolean;
   replay_id: string | null;
   replayed_at: Date | null;
+  failing_since: Date | null;
 }
 
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
@@ -331,6 +362,7 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
           deliveredTargets: row.delivered_targets,
           // Pending again because an operator replayed it (see replay-events.ts).
           ...(row.replay_id ? { replayId: row.replay_id, replayedAt: row.replayed_at ?? undefined } : {}),
+          ...(row.failing_since ? { failingSince: row.failing_since } : {}),
         }),
       );
     }

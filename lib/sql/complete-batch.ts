@@ -12,6 +12,11 @@ export type Completion =
       delivered: string[];
       /** Give back the attempt the claim counted: the failure was the environment's. */
       refund: boolean;
+      /**
+       * A failure of the environment: starts the event's `failing_since`
+       * (if not already running), from which its maximum pending age counts.
+       */
+      failing?: boolean | undefined;
       /** Targets the event waits for; a recovered target releases it early. */
       waitingFor?: string[] | undefined;
     }
@@ -32,6 +37,8 @@ export type Completion =
 const OUTCOME_SET = `
 SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     attempts = CASE WHEN o.status = 'retry' AND o.refund THEN greatest(e.attempts - 1, 0) ELSE e.attempts END,
+    failing_since = CASE WHEN o.status = 'retry' AND o.failing THEN coalesce(e.failing_since, now())
+                         ELSE e.failing_since END,
     waiting_for = CASE WHEN o.status = 'retry' THEN o.waiting_for END,
     dead_lettered_at = CASE WHEN o.status = 'dead' THEN now() END,
     retry_after = CASE WHEN o.status = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' END,
@@ -41,7 +48,8 @@ SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     locked_by = NULL`;
 
 const OUTCOMES = `jsonb_to_recordset($1::jsonb)
-  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[])`;
+  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[],
+       failing boolean)`;
 
 const COMPLETE = (t: OutboxTables) => `
 UPDATE ${t.events} e
@@ -122,6 +130,7 @@ export async function completeBatch(
     delay_ms: c.status === 'retry' ? Math.round(c.delayMs) : null,
     delivered: c.delivered,
     refund: c.status === 'retry' && c.refund,
+    failing: c.status === 'retry' && c.failing === true,
     waiting_for: c.status === 'retry' && c.waitingFor?.length ? c.waitingFor : null,
   }));
   const { rows } = await db.query<{ id: string }>(

@@ -224,6 +224,8 @@ SET processed_at = NULL,
     locked_until = NULL,
     locked_by = NULL,
     waiting_for = NULL,
+    failing_since = NULL,
+    claimed_alone = false,
     delivered_targets = '{}'::text[]
 WHERE id = ANY($1::uuid[])
   AND processed_at IS NOT NULL

@@ -1,0 +1,191 @@
+// Who pays when a relay dies, and for how long an outage may keep an event
+// waiting. A relay that dies mid-batch records no outcome: every row of its
+// batch is orphaned when the lease expires. Only the row that keeps killing
+// the relay may end in dead letters; its neighbours are published. And the
+// maximum pending age counts from the first failure since the event was last
+// asked to go out, not from when it was written.
+import { randomUUID } from 'node:crypto';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { redriveDeadLetters } from '../lib/operations/redrive.js';
+import { replayEvents } from '../lib/operations/replay.js';
+import type { RouteConfig } from '../lib/publish/routes.js';
+import { claimBatch } from '../lib/sql/claim-batch.js';
+import { completeBatch } from '../lib/sql/complete-batch.js';
+import { awsClients, uniqueName } from './support/aws.js';
+import { useTestDatabase } from './support/database.js';
+import { insertEvents } from './support/events.js';
+import { drainUntilIdle, emulatorRelay } from './support/relay.js';
+
+const db = useTestDatabase();
+const aws = awsClients();
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE outbox_events');
+});
+
+/**
+ * Relay invocations with the relay's own claim and outcome statements: each
+ * claims a batch; a batch holding the poison event "kills the relay" (no
+ * outcome is recorded, the lease runs out), any other is published. Returns
+ * how many invocations died.
+ */
+async function invocations(options: {
+  poison: string;
+  ordered: boolean;
+  maxAttempts: number;
+  limit?: number;
+}): Promise<{ crashes: number; batches: string[][] }> {
+  let crashes = 0;
+  const batches: string[][] = [];
+  for (let i = 0; i < 100; i++) {
+    const leaseId = randomUUID();
+    const claim = await claimBatch(db.pool, {
+      limit: options.limit ?? 10,
+      leaseMs: 60_000,
+      leaseId,
+      maxAttempts: options.maxAttempts,
+      ordered: options.ordered,
+      perAggregate: 10,
+    });
+    if (claim.events.length === 0 && claim.exhausted.length === 0) break;
+    const ids = claim.events.map((e) => e.id);
+    batches.push(ids);
+    if (ids.includes(options.poison)) {
+      crashes++;
+      // The process is gone; its lease runs out.
+      await db.pool.query(
+        `UPDATE outbox_events SET locked_until = now() - interval '1 ms' WHERE locked_by = $1`,
+        [leaseId],
+      );
+      continue;
+    }
+    await completeBatch(
+      db.pool,
+      leaseId,
+      claim.events.map((e) => ({ id: e.id, status: 'published' as const, delivered: [] })),
+    );
+  }
+  return { crashes, batches };
+}
+
+async function states() {
+  const { rows } = await db.pool.query(
+    `SELECT id, attempts, processed_at IS NOT NULL AS published, dead_lettered_at IS NOT NULL AS dead, last_error
+     FROM outbox_events ORDER BY seq`,
+  );
+  return new Map(rows.map((r) => [r.id as string, r]));
+}
+
+describe('a poison event that kills the relay', () => {
+  it('unordered: only the poison event is dead-lettered; its batch neighbours are published, no attempt spent on them', async () => {
+    const ids = await insertEvents(db.pool, 4);
+    const poison = ids[2] as string;
+    const { crashes } = await invocations({ poison, ordered: false, maxAttempts: 3 });
+    const rows = await states();
+    expect(rows.get(poison)).toMatchObject({ dead: true, published: false, attempts: 3 });
+    expect(rows.get(poison)?.last_error).toMatch(
+      /without an outcome after 3 attempts in which it was claimed alone/,
+    );
+    for (const id of ids.filter((id) => id !== poison)) {
+      expect(rows.get(id), id).toMatchObject({ dead: false, published: true, attempts: 1 });
+    }
+    // The first death took the batch; then the poison event died alone, three times.
+    expect(crashes).toBe(4);
+  });
+
+  it('ordered: an innocent head before the poison event is published, the poison event alone is dead-lettered, and after a discard its aggregate goes on', async () => {
+    // a-0 (innocent head), a-1 (poison), a-2; b-0; c-0.
+    const [a0, a1, a2, b0, c0] = await insertEvents(db.pool, 5, (i) => ({
+      aggregateId: ['a', 'a', 'a', 'b', 'c'][i] as string,
+    }));
+    const { batches } = await invocations({ poison: a1 as string, ordered: true, maxAttempts: 3 });
+    let rows = await states();
+    expect(rows.get(a0 as string)).toMatchObject({ published: true, dead: false });
+    expect(rows.get(a1 as string)).toMatchObject({ published: false, dead: true });
+    // Held behind its dead letter (block), never tried alone, never dead-lettered.
+    expect(rows.get(a2 as string)).toMatchObject({ published: false, dead: false });
+    expect(rows.get(b0 as string)).toMatchObject({ published: true, dead: false, attempts: 1 });
+    expect(rows.get(c0 as string)).toMatchObject({ published: true, dead: false, attempts: 1 });
+    // Never two events of one aggregate out of order: a-0 went before a-1 was tried alone.
+    const first = batches.findIndex((b) => b.includes(a0 as string) && !b.includes(a1 as string));
+    const alone = batches.findIndex((b) => b.length === 1 && b[0] === a1);
+    expect(first).toBeGreaterThanOrEqual(0);
+    expect(first).toBeLessThan(alone);
+
+    await redriveDeadLetters(db.pool, { ids: [a1 as string], action: 'discard', requestedBy: 'test' });
+    await invocations({ poison: 'none', ordered: true, maxAttempts: 3 });
+    rows = await states();
+    expect(rows.get(a2 as string)).toMatchObject({ published: true, dead: false, attempts: 1 });
+  });
+
+  it('a lease lost because the outcome could not be recorded spends nothing', async () => {
+    const ids = await insertEvents(db.pool, 3);
+    const claim = await claimBatch(db.pool, {
+      limit: 10,
+      leaseMs: 60_000,
+      leaseId: randomUUID(),
+      maxAttempts: 1,
+      ordered: false,
+    });
+    expect(claim.events).toHaveLength(3);
+    // The database went away before the outcome: the lease runs out.
+    await db.pool.query(`UPDATE outbox_events SET locked_until = now() - interval '1 ms'`);
+    // maxAttempts 1: with the lost lease counted, every row would now be a dead letter.
+    await invocations({ poison: 'none', ordered: false, maxAttempts: 1 });
+    const rows = await states();
+    for (const id of ids) expect(rows.get(id)).toMatchObject({ published: true, dead: false, attempts: 1 });
+  });
+});
+
+describe('the maximum pending age', () => {
+  // A queue that does not exist: a failure of the environment, no attempt spent.
+  const missing = (): RouteConfig[] => [
+    {
+      match: '*',
+      targets: [{ type: 'sqs', queueUrl: `${aws.endpoint}/000000000000/${uniqueName('missing')}` }],
+    },
+  ];
+  const options = { maxAttempts: 3, maxPendingAgeMs: 86_400_000, backoff: { baseMs: 60_000 } };
+  const age = async (id: string, interval: string) =>
+    db.pool.query(`UPDATE outbox_events SET created_at = now() - $2::interval WHERE id = $1`, [id, interval]);
+
+  it('a redriven event two days old is not dead-lettered by the first failure of the environment', async () => {
+    const [id] = await insertEvents(db.pool, 1);
+    await age(id as string, '2 days');
+    await db.pool.query(`UPDATE outbox_events SET dead_lettered_at = now(), last_error = 'x' WHERE id = $1`, [
+      id,
+    ]);
+    await redriveDeadLetters(db.pool, { ids: [id as string] });
+    const { relay } = emulatorRelay(db.pool, aws, missing(), options);
+    expect(await drainUntilIdle(relay)).toMatchObject({ retried: 1, held: 1, deadLettered: 0 });
+  });
+
+  it('a backlog older than the maximum age, left by a relay that was down, is not the target’s fault', async () => {
+    const ids = await insertEvents(db.pool, 3);
+    for (const id of ids) await age(id, '3 days');
+    const { relay } = emulatorRelay(db.pool, aws, missing(), options);
+    expect(await drainUntilIdle(relay)).toMatchObject({ retried: 3, held: 3, deadLettered: 0 });
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM outbox_events WHERE failing_since IS NOT NULL',
+    );
+    expect(rows[0].n).toBe(3);
+  });
+
+  it('counts from the first failure: failing for longer than the maximum age dead-letters it; a replay starts the count afresh', async () => {
+    const [id] = await insertEvents(db.pool, 1);
+    const first = emulatorRelay(db.pool, aws, missing(), options);
+    expect(await drainUntilIdle(first.relay)).toMatchObject({ retried: 1, deadLettered: 0 });
+    // Still failing a day and an hour later.
+    const later = emulatorRelay(db.pool, aws, missing(), options, { now: () => Date.now() + 90_000_000 });
+    await db.pool.query('UPDATE outbox_events SET retry_after = now()');
+    expect(await drainUntilIdle(later.relay)).toMatchObject({ deadLettered: 1 });
+    // Published after a redrive by a working relay; replayed; the replay fails once: not dead.
+    await db.pool.query(
+      `UPDATE outbox_events SET dead_lettered_at = NULL, processed_at = now(), failing_since = now() - interval '3 days'
+       WHERE id = $1`,
+      [id],
+    );
+    await replayEvents(db.pool, { ids: [id as string], requestedBy: 'test' });
+    expect(await drainUntilIdle(first.relay)).toMatchObject({ retried: 1, deadLettered: 0 });
+  });
+});
