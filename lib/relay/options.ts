@@ -44,8 +44,9 @@ export interface RelayOptions {
   idleWaitMinMs?: number;
   /**
    * Failures of the environment (outage, throttling, access denied, timeouts)
-   * do not spend attempts; an event that keeps failing that way is
-   * dead-lettered once it is older than this. Default 24 h.
+   * do not spend attempts; an event that has kept failing that way for
+   * longer than this, counted from its first such failure since it was last
+   * asked to go out (enqueue, redrive, replay), is dead-lettered. Default 24 h.
    */
   maxPendingAgeMs?: number;
   /**
