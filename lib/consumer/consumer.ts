@@ -12,6 +12,7 @@ import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
 import { recordTrace } from './record-trace.js';
+import { type HandleMessagesOptions, type ReceivedMessage, sqsEventFromMessages } from './sdk-messages.js';
 import type { SQSEvent, SQSRecord } from './sqs-types.js';
 
 export interface HandleOptions {
@@ -35,6 +36,17 @@ export interface Consumer {
    * `batchItemFailures`. Never throws for a record's failure.
    */
   handleSqsEvent(event: SQSEvent, options?: HandleOptions): Promise<ConsumerResult>;
+  /**
+   * The same for messages a poller received itself (`ReceiveMessage` with
+   * `MessageSystemAttributeNames: ['All']` and `MessageAttributeNames:
+   * ['All']`), from the queue named in `options`. `batchItemFailures` holds
+   * the ids of the messages not acknowledged: delete the others, leave these
+   * to come back after their visibility timeout.
+   */
+  handleMessages(
+    messages: readonly ReceivedMessage[],
+    options: HandleMessagesOptions,
+  ): Promise<ConsumerResult>;
 }
 
 /**
@@ -76,6 +88,14 @@ class SqsConsumer implements Consumer {
   constructor(private readonly options: ResolvedConsumerOptions) {
     this.name = options.name;
     guardPool(options.pool, options.logger);
+  }
+
+  async handleMessages(
+    messages: readonly ReceivedMessage[],
+    options: HandleMessagesOptions,
+  ): Promise<ConsumerResult> {
+    // async: a refused message rejects the promise, never throws at the call.
+    return this.handleSqsEvent(sqsEventFromMessages(messages, options), options);
   }
 
   async handleSqsEvent(event: SQSEvent, handleOptions: HandleOptions = {}): Promise<ConsumerResult> {

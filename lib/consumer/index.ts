@@ -13,6 +13,13 @@ export type { MessageSource } from './message-body.js';
 export type { ConsumerOptions } from './options.js';
 export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';
 export type { RecordTrace } from './record-trace.js';
+export {
+  type HandleMessagesOptions,
+  type QueueRef,
+  type ReceivedMessage,
+  type ReceivedMessageAttribute,
+  sqsEventFromMessages,
+} from './sdk-messages.js';
 export type {
   SQSBatchItemFailure,
   SQSBatchResponse,

@@ -10,7 +10,12 @@ export { loadRelayConfig, parseRoutes, type RelayConfig } from '../config/relay-
 export type { CircuitBreakerOptions, CircuitChange, CircuitState } from '../publish/circuit-breaker.js';
 export type { LargePayloadOptions } from '../publish/claim-check.js';
 export { NullPublisher } from '../publish/null-publisher.js';
-export { type AwsPublisherOptions, createAwsPublisher, type RoutingPublisher } from '../publish/router.js';
+export {
+  type AwsClient,
+  type AwsPublisherOptions,
+  createAwsPublisher,
+  type RoutingPublisher,
+} from '../publish/router.js';
 export type { RouteConfig, TargetConfig } from '../publish/routes.js';
 export type {
   FailureInfo,
