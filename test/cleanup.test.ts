@@ -1,14 +1,18 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { runCleanup } from '../lib/operations/cleanup.js';
 import { loadCleanupConfig } from '../lib/operations/cleanup-config.js';
+import { redriveDeadLetters } from '../lib/operations/redrive.js';
 import { enqueueEvent } from '../lib/outbox/enqueue.js';
+import { claimBatch } from '../lib/sql/claim-batch.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, captureMetrics } from './support/events.js';
 
 const db = useTestDatabase();
 
 beforeEach(async () => {
-  await db.pool.query('TRUNCATE outbox_events, processed_events');
+  await db.pool.query(
+    'TRUNCATE outbox_events, processed_events, outbox_aggregate_locks, processed_event_replays, outbox_replays',
+  );
 });
 
 /** Inserts `count` outbox rows in one statement; `state` is SQL for the per-row columns. */
@@ -34,6 +38,27 @@ async function dedupeRows(count: number, daysAgo: number): Promise<void> {
      SELECT 'orders', gen_random_uuid(), 'order.created', now() - make_interval(days => $2::int)
      FROM generate_series(1, $1::int)`,
     [count, daysAgo],
+  );
+}
+
+/** `count` rows past retention in each of the tables after the first two: idle locks, replay dedupe, replay audit. */
+async function otherTablesRows(count: number): Promise<void> {
+  await db.pool.query(
+    `INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id, created_at)
+     SELECT 'order', 'idle-' || g, now() - interval '30 days' FROM generate_series(1, $1::int) g`,
+    [count],
+  );
+  await db.pool.query(
+    `INSERT INTO processed_event_replays (consumer, event_id, replay_id, processed_at)
+     SELECT 'orders', gen_random_uuid(), gen_random_uuid(), now() - interval '40 days'
+     FROM generate_series(1, $1::int)`,
+    [count],
+  );
+  await db.pool.query(
+    `INSERT INTO outbox_replays (id, requested_at, requested_by, filter, matched, replayed, event_ids)
+     SELECT gen_random_uuid(), now() - interval '400 days', 'alice', '{}', 0, 0, '{}'
+     FROM generate_series(1, $1::int)`,
+    [count],
   );
 }
 
@@ -132,48 +157,101 @@ describe('runCleanup', () => {
     });
   });
 
-  it('stops before a batch when the time left is under the safety margin; the next run finishes', async () => {
+  it('every table gets its share: a budget that cannot finish outbox_events still reaches the other five; the next run finishes', async () => {
     await outboxRows(12_000, { processedDaysAgo: 10 });
+    await outboxRows(5, { deadDaysAgo: 400 });
     await dedupeRows(3_000, 40);
-    // Plenty of time for three batches, then the budget is nearly spent.
+    await otherTablesRows(10);
+    // Plenty of time for nine batches, then the budget is nearly spent.
     let checks = 0;
-    const remainingMs = () => (++checks <= 3 ? 60_000 : 4_000);
+    const remainingMs = () => (++checks <= 9 ? 60_000 : 4_000);
     const log = captureLogger();
     const metrics = captureMetrics();
+    const options = { batchSize: 1000, safetyMarginMs: 5_000, deadLetterRetentionDays: 90 };
 
     const report = await runCleanup(
-      {
-        db: db.pool,
-        options: { batchSize: 1000, safetyMarginMs: 5_000 },
-        logger: log.logger,
-        metrics: metrics.metrics,
-      },
+      { db: db.pool, options, logger: log.logger, metrics: metrics.metrics },
       { remainingMs },
     );
+    // One batch per unfinished table per round: round 1 reaches all six (the
+    // four small ones finish), rounds 2 and 3 share what is left.
     expect(report).toMatchObject({
       finished: false,
       stoppedBecause: 'time',
       outboxEvents: { deleted: 3000, statements: 3, finished: false },
-      processedEvents: { deleted: 0, statements: 0, finished: false },
+      processedEvents: { deleted: 2000, statements: 2, finished: false },
+      deadLetters: { deleted: 5, statements: 1, finished: true },
+      aggregateLocks: { deleted: 10, statements: 1, finished: true },
+      processedEventReplays: { deleted: 10, statements: 1, finished: true },
+      replays: { deleted: 10, statements: 1, finished: true },
     });
-    expect(await census()).toMatchObject({ old_processed: 9000, old_dedupe: 3000 });
+    expect(log.lines.filter((l) => l.message === 'cleanup batch').map((l) => l.extra.table)).toEqual([
+      'outbox_events',
+      'processed_events',
+      'dead letters',
+      'outbox_aggregate_locks',
+      'processed_event_replays',
+      'outbox_replays',
+      'outbox_events',
+      'processed_events',
+      'outbox_events',
+    ]);
+    expect(await census()).toMatchObject({ old_processed: 9000, old_dedupe: 1000, dead: 0 });
     expect(log.lines.find((l) => l.level === 'warn')?.message).toMatch(/stopped early/);
-    expect(metrics.records).toContainEqual({
-      name: 'CleanupUnfinished',
-      unit: 'Count',
-      value: 1,
-      dimensions: undefined,
-    });
-
-    const rest = await runCleanup(
-      { db: db.pool, options: { batchSize: 1000, safetyMarginMs: 5_000 } },
-      { remainingMs: plenty },
+    expect(metrics.records).toEqual(
+      expect.arrayContaining([
+        { name: 'OutboxEventsDeleted', unit: 'Count', value: 3000, dimensions: undefined },
+        { name: 'ProcessedEventsDeleted', unit: 'Count', value: 2000, dimensions: undefined },
+        { name: 'DeadLettersDeleted', unit: 'Count', value: 5, dimensions: undefined },
+        { name: 'AggregateLocksDeleted', unit: 'Count', value: 10, dimensions: undefined },
+        { name: 'ReplaysDeleted', unit: 'Count', value: 10, dimensions: undefined },
+        { name: 'CleanupUnfinished', unit: 'Count', value: 1, dimensions: undefined },
+      ]),
     );
+
+    const rest = await runCleanup({ db: db.pool, options }, { remainingMs: plenty });
     expect(rest).toMatchObject({
       finished: true,
       outboxEvents: { deleted: 9000, statements: 10 },
-      processedEvents: { deleted: 3000, statements: 4 },
+      processedEvents: { deleted: 1000, statements: 2 },
     });
+  });
+
+  it('a rate limit below what outbox_events needs still deletes from every other table in the same run', async () => {
+    await outboxRows(20_000, { processedDaysAgo: 10 });
+    await outboxRows(5, { deadDaysAgo: 400 });
+    await dedupeRows(2_000, 40);
+    await otherTablesRows(10);
+    // 100 rows at 1,000/s: a batch lasts 0.1 s, so the 1 s before the margin
+    // hold about ten batches, a twentieth of outbox_events.
+    const deadline = Date.now() + 1_500;
+    const report = await runCleanup(
+      {
+        db: db.pool,
+        options: {
+          batchSize: 100,
+          maxRowsPerSecond: 1_000,
+          safetyMarginMs: 500,
+          deadLetterRetentionDays: 90,
+        },
+      },
+      { remainingMs: () => deadline - Date.now() },
+    );
+    expect(Date.now()).toBeLessThan(deadline);
+    expect(report.finished).toBe(false);
+    expect(report.outboxEvents.finished).toBe(false);
+    expect(report.outboxEvents.deleted).toBeGreaterThan(0);
+    expect(report.processedEvents.deleted).toBeGreaterThan(0);
+    expect(report.processedEvents.deleted).toBe(report.processedEvents.statements * 100);
+    expect(report).toMatchObject({
+      deadLetters: { deleted: 5, finished: true },
+      aggregateLocks: { deleted: 10, finished: true },
+      processedEventReplays: { deleted: 10, finished: true },
+      replays: { deleted: 10, finished: true },
+    });
+    // The limit holds across tables: no more rows than 1,000/s over the run.
+    const total = report.outboxEvents.deleted + report.processedEvents.deleted + 5 + 10 + 10 + 10;
+    expect(total).toBeLessThanOrEqual(Math.ceil((report.durationMs / 1000) * 1_000) + 100);
   });
 
   it('stops on a real clock too: a 1.5 s budget with a 1 s margin returns well before the deadline', async () => {
@@ -246,6 +324,91 @@ describe('runCleanup', () => {
     });
     const { rows } = await db.pool.query('SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id');
     expect(rows.map((r) => r.aggregate_id)).toEqual(['c', 'd']);
+  });
+});
+
+describe('dead letters past retention that block their aggregate', () => {
+  /** One row per statement, so seq follows the order of the calls. */
+  async function row(
+    aggregate: string,
+    state: 'dead' | 'recent-dead' | 'pending' | 'processed',
+    aggregateType = 'order',
+  ): Promise<void> {
+    await db.pool.query(
+      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, attempts,
+                                  created_at, processed_at, dead_lettered_at)
+       VALUES (gen_random_uuid(), $2, $1, 'order.updated', '{}', 0, now() - interval '500 days',
+               CASE WHEN $3 = 'processed' THEN now() - interval '1 day' END,
+               CASE WHEN $3 = 'dead' THEN now() - interval '400 days'
+                    WHEN $3 = 'recent-dead' THEN now() - interval '1 day' END)`,
+      [aggregate, aggregateType, state],
+    );
+  }
+
+  async function deadLetters(): Promise<string[]> {
+    const { rows } = await db.pool.query(
+      `SELECT aggregate_type || ':' || aggregate_id AS a FROM outbox_events
+       WHERE dead_lettered_at IS NOT NULL ORDER BY seq`,
+    );
+    return rows.map((r) => r.a);
+  }
+
+  async function claimOrdered(): Promise<string[]> {
+    const { events } = await claimBatch(db.pool, {
+      limit: 100,
+      leaseMs: 60_000,
+      leaseId: crypto.randomUUID(),
+      maxAttempts: 10,
+      ordered: true,
+      deadLetterPolicy: 'block',
+    });
+    return events.map((e) => `${e.aggregateType}:${e.aggregateId}`).sort();
+  }
+
+  it('are kept until an operator acts; the others go, and what they held back stays held back', async () => {
+    await row('a', 'dead'); // a: blocks a-2
+    await row('a', 'pending');
+    await row('b', 'dead'); // b: nothing behind it
+    await row('c', 'dead'); // c: only finished rows behind it
+    await row('c', 'processed');
+    await row('d', 'pending'); // d: its dead letter comes after its pending row
+    await row('d', 'dead');
+    await row('e', 'dead'); // e: two dead letters in front of a pending row
+    await row('e', 'dead');
+    await row('e', 'pending');
+    await row('f', 'dead'); // f: the pending row behind it belongs to another aggregate type
+    await row('f', 'pending', 'invoice');
+    await row('g', 'recent-dead'); // g: within retention, blocking or not
+    await row('g', 'pending');
+
+    const options = loadCleanupConfig({ OUTBOX_DEAD_LETTER_RETENTION_DAYS: '90' });
+    const report = await runCleanup(
+      { db: db.pool, options: { ...options, batchSize: 2 } },
+      { remainingMs: plenty },
+    );
+    expect(report.deadLetters).toMatchObject({ deleted: 4, finished: true });
+    expect(await deadLetters()).toEqual(['order:a', 'order:e', 'order:e', 'order:g']);
+
+    // The relay in ordered mode (block) still holds a, e and g behind their dead letters.
+    expect(await claimOrdered()).toEqual(['invoice:f', 'order:d']);
+
+    // Running again changes nothing: the kept ones wait for an operator.
+    const again = await runCleanup({ db: db.pool, options }, { remainingMs: plenty });
+    expect(again.deadLetters).toMatchObject({ deleted: 0, finished: true });
+
+    // The operator's decision: discard a's dead letter (audited), and a moves on.
+    const discard = await redriveDeadLetters(db.pool, {
+      action: 'discard',
+      aggregateType: 'order',
+      aggregateId: 'a',
+      requestedBy: 'alice',
+    });
+    expect(discard.discarded).toBe(1);
+    expect(await claimOrdered()).toEqual(['order:a']);
+    const { rows } = await db.pool.query(
+      `SELECT discarded_by FROM outbox_discarded_events WHERE aggregate_id = 'a'`,
+    );
+    expect(rows).toEqual([{ discarded_by: 'alice' }]);
   });
 });
 

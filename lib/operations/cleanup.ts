@@ -66,10 +66,13 @@ type DeleteBatch = (db: Queryable, cutoff: Date, limit: number, schema?: string)
  * dedupe rows, (only when a retention is configured) dead letters, and
  * aggregate lock rows created before the outbox retention and not held by a
  * producer right now (enqueueEvents re-creates them when needed), each in
- * bounded batches of short transactions, oldest first. Pending rows are never
- * touched. Before each batch it checks the time left and stops, unfinished,
- * once it falls under the safety margin; the next run continues where this
- * one stopped.
+ * bounded batches of short transactions, oldest first, one batch of each
+ * table in turn. Pending rows are never touched, nor is a dead letter with
+ * an unfinished event behind it in its aggregate (in ordered mode with the
+ * `block` policy it holds that aggregate back until an operator redrives or
+ * discards it). Before each batch it checks the time left and stops,
+ * unfinished, once it falls under the safety margin; the next run continues
+ * where this one stopped.
  *
  * @example
  * const report = await runCleanup(
@@ -120,10 +123,17 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
     ['outbox_replays', report.replays, deleteOldReplays],
   ];
 
+  // Round robin: one batch of each unfinished table per round, so a table
+  // with more rows than a run can delete (outbox_events under a low rate
+  // limit) never starves the ones after it; each gets its share of every run.
   const timeLeft = () => run.remainingMs() - options.safetyMarginMs > 0;
-  for (const [name, task, deleteBatch] of tasks) {
-    if (!task) continue;
-    while (!task.finished && timeLeft()) {
+  let open = tasks.filter(([, task]) => task !== null) as Array<[string, CleanupTableReport, DeleteBatch]>;
+  rounds: while (open.length > 0) {
+    for (const [name, task, deleteBatch] of open) {
+      if (!timeLeft()) {
+        report.stoppedBecause = 'time';
+        break rounds;
+      }
       const batchStarted = performance.now();
       const deleted = await deleteBatch(deps.db, task.cutoff, options.batchSize, options.schema);
       task.statements++;
@@ -134,10 +144,7 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
       logger.debug('cleanup batch', { table: name, deleted, statement: task.statements });
       await paceBatch(options.maxRowsPerSecond, deleted, batchStarted, run, options.safetyMarginMs);
     }
-    if (!task.finished) {
-      report.stoppedBecause = 'time';
-      break;
-    }
+    open = open.filter(([, task]) => !task.finished);
   }
 
   report.finished = report.stoppedBecause === 'done';

@@ -11,6 +11,12 @@ import { type OutboxTables, outboxTables } from '../db/schema.js';
 // - SKIP LOCKED: two overlapping cleanups split the work instead of queueing,
 //   and a dead letter locked by a redrive in progress is left alone (once the
 //   redrive commits it is no dead letter any more).
+// - A dead letter with an unfinished event of its aggregate after it is
+//   kept, whatever its age: in ordered mode with the `block` policy it is what
+//   holds those events back, and deleting it would release them without an
+//   operator's decision (a discard does that, audited). One probe of
+//   outbox_events_aggregate_heads per dead letter; the partial index on
+//   dead_lettered_at gives the candidates oldest first.
 // - processed_at and dead_lettered_at are never both set (the relay sets one
 //   or the other), so deleting by processed_at cannot touch a dead letter, and
 //   pending rows (both NULL) never match either statement.
@@ -26,8 +32,14 @@ WHERE id IN (
 const DELETE_DEAD_LETTERS = (t: OutboxTables) => `
 DELETE FROM ${t.events}
 WHERE id IN (
-  SELECT id FROM ${t.events}
+  SELECT d.id FROM ${t.events} d
   WHERE dead_lettered_at < $1::timestamptz
+    AND NOT EXISTS (
+      SELECT 1 FROM ${t.events} u
+      WHERE num_nulls(u.processed_at, u.dead_lettered_at) = 2
+        AND u.aggregate_type = d.aggregate_type
+        AND u.aggregate_id = d.aggregate_id
+        AND u.seq > d.seq)
   ORDER BY dead_lettered_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED)`;
