@@ -28,7 +28,11 @@ export {
 } from './errors.js';
 export type { MetricUnit, OutboxLogger, OutboxMetrics } from './observer.js';
 export { type EnqueueOptions, enqueueEvent, enqueueEvents, type Queryable } from './outbox/enqueue.js';
-export { BROKER_MESSAGE_MAX_BYTES, LARGE_PAYLOAD_MAX_BYTES } from './outbox/limits.js';
+export {
+  BROKER_MESSAGE_MAX_BYTES,
+  ENQUEUE_CALL_MAX_BYTES,
+  LARGE_PAYLOAD_MAX_BYTES,
+} from './outbox/limits.js';
 export type { NewOutboxEvent, OutboxEvent } from './outbox/types.js';
 export type { ValidateOptions } from './outbox/validate-event.js';
 export type { Envelope } from './publish/envelope.js';

@@ -259,6 +259,37 @@ describe('enqueueEvents', () => {
     });
     expect(await counts()).toEqual({ orders: 0, events: 0 });
   });
+
+  it.each([true, false])(
+    'is all or nothing on a pool: 2,501 events whose last one the database refuses leave no row (lockAggregates %s)',
+    async (lockAggregates) => {
+      const taken = await enqueueEvent(db.pool, valid);
+      const events = Array.from({ length: 2_500 }, (_, i) => ({ ...valid, aggregateId: `order-${i % 7}` }));
+      // Valid as an event; only the database sees that its id is stored already.
+      const error = await enqueueEvents(db.pool, [...events, { ...valid, id: taken }], {
+        lockAggregates,
+      }).catch((e) => e);
+      expect(error).toMatchObject({ code: '23505' });
+      expect(await counts()).toEqual({ orders: 0, events: 1 });
+      // The same call without the bad one: every event, once.
+      expect(await enqueueEvents(db.pool, events, { lockAggregates })).toHaveLength(2_500);
+      expect(await counts()).toEqual({ orders: 0, events: 2_501 });
+    },
+  );
+
+  it('refuses a call larger than one statement can carry, before writing anything', async () => {
+    // 33 payloads of 8 MiB: over ENQUEUE_CALL_MAX_BYTES (256 MiB) together, each within the limit given.
+    const payload = { blob: 'x'.repeat(8 * 1024 * 1024) };
+    const events = Array.from({ length: 33 }, () => ({ ...valid, payload }));
+    const error = await enqueueEvents(db.pool, events, {
+      largePayloads: true,
+      maxPayloadBytes: 9 * 1024 * 1024,
+    }).catch((e) => e);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error).toMatchObject({ field: 'events' });
+    expect(error.message).toMatch(/at most 268435456 bytes.*several calls inside one transaction/);
+    expect(await counts()).toEqual({ orders: 0, events: 0 });
+  });
 });
 
 describe('size: the exact message the relay will send must fit', () => {

@@ -2,6 +2,7 @@ import type { Queryable } from '../db/queryable.js';
 import { type OutboxTables, outboxTables } from '../db/schema.js';
 import { ValidationError } from '../errors.js';
 import { activeTraceHeaders, loadOpenTelemetry } from '../trace/opentelemetry.js';
+import { ENQUEUE_CALL_MAX_BYTES } from './limits.js';
 import type { NewOutboxEvent } from './types.js';
 import { type ValidateOptions, type ValidEvent, validateEvent } from './validate-event.js';
 
@@ -26,11 +27,11 @@ export interface EnqueueOptions extends ValidateOptions {
   schema?: string | undefined;
 }
 
-/** Above this many events, one INSERT is split into several (parameter arrays stay modest). */
-const INSERT_CHUNK = 1000;
-
 // One statement for any number of events: parallel arrays unnested into rows.
-// Values are always parameters, never spliced into the SQL.
+// Values are always parameters, never spliced into the SQL. One statement,
+// never chunks: on a pool each statement is its own transaction, and a
+// failure in a later chunk would leave the earlier ones committed (a caller
+// retrying the call would write them twice under new ids).
 const INSERT_EVENTS = (t: OutboxTables) => `
   INSERT INTO ${t.events} (id, aggregate_type, aggregate_id, event_type, payload, headers)
   SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb
@@ -82,7 +83,9 @@ function aggregateKeys(events: readonly ValidEvent[]): [string[], string[]] {
  * Writes events to the outbox on `client`, which should be inside the caller's
  * transaction so the events commit or roll back with the business data.
  * Every event is validated first; on a {@link ValidationError} nothing is
- * written. Returns the event ids in input order.
+ * written. All of a call's events are one statement, so the call is all or
+ * nothing even on a pool (at most {@link ENQUEUE_CALL_MAX_BYTES} of payloads
+ * per call). Returns the event ids in input order.
  *
  * Trace context: an event's `trace` option or `headers.traceparent` (and
  * `tracestate`) is validated and stored in its headers; an event with
@@ -128,23 +131,28 @@ export async function enqueueEvents(
     if (seen.has(event.id)) throw new ValidationError(`events[${i}].id`, 'is repeated in this call');
     seen.add(event.id);
   });
-  const lock = options.lockAggregates ?? true;
+  let bytes = 0;
+  for (const e of valid) bytes += Buffer.byteLength(e.payloadJson) + Buffer.byteLength(e.headersJson);
+  if (bytes > ENQUEUE_CALL_MAX_BYTES) {
+    throw new ValidationError(
+      'events',
+      `${valid.length} events of ${bytes} bytes in all; one call writes at most ${ENQUEUE_CALL_MAX_BYTES} bytes ` +
+        '(split them over several calls inside one transaction)',
+    );
+  }
   const tables = outboxTables(options.schema);
-  for (let start = 0; start < valid.length; start += INSERT_CHUNK) {
-    const chunk = valid.slice(start, start + INSERT_CHUNK);
-    const values = [
-      chunk.map((e) => e.id),
-      chunk.map((e) => e.aggregateType),
-      chunk.map((e) => e.aggregateId),
-      chunk.map((e) => e.eventType),
-      chunk.map((e) => e.payloadJson),
-      chunk.map((e) => e.headersJson),
-    ];
-    // The first statement locks every aggregate of the call (all of them, in
-    // order, not just this chunk's); later chunks run under those locks.
-    if (lock && start === 0)
-      await client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)]);
-    else await client.query(INSERT_EVENTS(tables), values);
+  const values = [
+    valid.map((e) => e.id),
+    valid.map((e) => e.aggregateType),
+    valid.map((e) => e.aggregateId),
+    valid.map((e) => e.eventType),
+    valid.map((e) => e.payloadJson),
+    valid.map((e) => e.headersJson),
+  ];
+  if (options.lockAggregates ?? true) {
+    await client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)]);
+  } else {
+    await client.query(INSERT_EVENTS(tables), values);
   }
   return valid.map((e) => e.id);
 }

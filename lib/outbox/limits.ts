@@ -12,6 +12,14 @@ export const BROKER_MESSAGE_MAX_BYTES = 256 * 1024;
  */
 export const LARGE_PAYLOAD_MAX_BYTES = 10 * 1024 * 1024;
 
+/**
+ * Most bytes of payloads and headers one call writes. A call is one
+ * statement (see below), and each of its array parameters is sent as one
+ * text value, which PostgreSQL caps at 1 GB; quoting inside the array
+ * literal can double JSON's size, so a quarter of that.
+ */
+export const ENQUEUE_CALL_MAX_BYTES = 256 * 1024 * 1024;
+
 /** Maximum serialized size of an event's headers. */
 export const MAX_HEADERS_BYTES = 4 * 1024;
 
