@@ -6,7 +6,7 @@ import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
 import { type Consumer, createConsumer } from 'pg-lambda-outbox/consumer';
-import { databaseConfig, readVar, schemaVar } from 'pg-lambda-outbox/lambda';
+import { databaseConfig, largePayloadVars, readVar, schemaVar } from 'pg-lambda-outbox/lambda';
 import { z } from 'zod';
 // The reference stack's application code: your own handlers go here.
 import { orderNotificationHandlers } from '../lib/example/order-notifications.js';
@@ -29,15 +29,18 @@ const replays = readVar(
 );
 const { logger, metrics } = observability('outbox-consumer');
 // The claim check: with OUTBOX_LARGE_PAYLOAD_BUCKET set (the relay stores
-// payloads too large for a message there), payloads are fetched from S3.
+// payloads too large for a message there, under OUTBOX_LARGE_PAYLOAD_PREFIX),
+// payloads are fetched from that bucket and prefix only.
 // Path-style addressing against an emulator (AWS_ENDPOINT_URL) only.
-const s3 = process.env.OUTBOX_LARGE_PAYLOAD_BUCKET?.trim()
-  ? new S3Client({
-      maxAttempts: 3,
-      requestHandler: { connectionTimeout: 3_000, requestTimeout: 30_000, throwOnRequestTimeout: true },
-      forcePathStyle: process.env.AWS_ENDPOINT_URL !== undefined,
-    })
-  : undefined;
+const payloadStore = largePayloadVars(process.env);
+const largePayloads = payloadStore && {
+  ...payloadStore,
+  s3: new S3Client({
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 3_000, requestTimeout: 30_000, throwOnRequestTimeout: true },
+    forcePathStyle: process.env.AWS_ENDPOINT_URL !== undefined,
+  }),
+};
 
 let consumer: Promise<Consumer> | undefined;
 
@@ -53,7 +56,7 @@ async function buildConsumer(): Promise<Consumer> {
     handlers: orderNotificationHandlers,
     logger,
     replays,
-    s3,
+    largePayloads,
     schema: schemaVar(process.env),
   });
 }

@@ -89,7 +89,11 @@ async function receiveRecords(target: { url: string; arn: string }, count: numbe
   return { Records: records };
 }
 
-function consumerWith(s3: Pick<S3Client, 'send'> | undefined, seen: Envelope[]) {
+function consumerWith(
+  s3: Pick<S3Client, 'send'> | undefined,
+  seen: Envelope[],
+  store: { prefix?: string; maxBytes?: number } = {},
+) {
   return createConsumer({
     name: uniqueName('large-consumer'),
     pool: db.pool,
@@ -97,7 +101,7 @@ function consumerWith(s3: Pick<S3Client, 'send'> | undefined, seen: Envelope[]) 
     fallback: async (event) => {
       seen.push(event);
     },
-    s3,
+    largePayloads: s3 ? { bucket, s3, ...store } : undefined,
   });
 }
 
@@ -187,7 +191,7 @@ describe('large payloads through S3 (the claim check)', () => {
     expect(JSON.parse(direct.Records[0]!.body).payload).toEqual(payload);
 
     const seen: Envelope[] = [];
-    const result = await consumerWith(aws.s3, seen).handleSqsEvent(fromBus);
+    const result = await consumerWith(aws.s3, seen, { prefix: 'bus-payloads' }).handleSqsEvent(fromBus);
     expect(result).toMatchObject({ processed: 1, failed: 0 });
     expect(result.outcomes[0]?.eventId).toBe(id);
     expect(seen[0]?.payload).toEqual(payload);
@@ -272,7 +276,85 @@ describe('large payloads through S3 (the claim check)', () => {
     // A consumer with no S3 client says what is missing.
     const without = await consumerWith(undefined, seen).handleSqsEvent(event);
     expect(without.failed).toBe(2);
-    expect(without.outcomes[0]?.error?.message).toMatch(/no S3 client: pass the consumer option s3/);
+    expect(without.outcomes[0]?.error?.message).toMatch(/no largePayloads option: pass largePayloads/);
+  });
+
+  it('fetches only the relay bucket and the event’s own key, and bounds the size before reading: a forged pointer fails its record alone', async () => {
+    const realId = await write(bigPayload(400 * 1024, 'real'));
+    const otherId = await write(bigPayload(300 * 1024, 'other'));
+    const { relay } = emulatorRelay(
+      db.pool,
+      aws,
+      routesTo(queue.url),
+      {},
+      { largePayloads: { bucket, s3: aws.s3 } },
+    );
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 2 });
+    // An object the consumer's role could read but must never be made to.
+    const elsewhere = uniqueName('private');
+    await aws.s3.send(new CreateBucketCommand({ Bucket: elsewhere }));
+    await aws.s3.send(
+      new PutObjectCommand({ Bucket: elsewhere, Key: `payloads/${realId}`, Body: '{"secret":1}' }),
+    );
+
+    const { Records } = await receiveRecords(queue, 2);
+    const real = Records.find((r) => JSON.parse(r.body).id === realId)!;
+    const other = Records.find((r) => JSON.parse(r.body).id === otherId)!;
+    const realRef = JSON.parse(real.body).payloadRef;
+    const otherRef = JSON.parse(other.body).payloadRef;
+    const forged = (messageId: string, ref: object) => ({
+      ...real,
+      messageId,
+      body: JSON.stringify({ ...JSON.parse(real.body), payloadRef: ref }),
+    });
+    const event = {
+      Records: [
+        // Another event's object, with that object's true size and hash.
+        forged('other-key', otherRef),
+        forged('other-bucket', { ...realRef, s3: { bucket: elsewhere, key: realRef.s3.key }, bytes: 12 }),
+        forged('too-big', { ...realRef, bytes: 50 * 1024 * 1024 }),
+        // The right object, but the message says it is smaller than it is.
+        forged('short', { ...realRef, bytes: 1000 }),
+        other,
+      ],
+    };
+    const seen: Envelope[] = [];
+    const s3 = countingS3();
+    const result = await consumerWith(s3.s3, seen, { maxBytes: 1024 * 1024 }).handleSqsEvent(event);
+
+    expect(result).toMatchObject({ processed: 1, failed: 4 });
+    expect(result.batchItemFailures.map((f) => f.itemIdentifier)).toEqual([
+      'other-key',
+      'other-bucket',
+      'too-big',
+      'short',
+    ]);
+    expect(seen.map((e) => e.id)).toEqual([otherId]);
+    const reasons = Object.fromEntries(result.outcomes.map((o) => [o.messageId, o.error?.message]));
+    expect(reasons['other-key']).toMatch(
+      new RegExp(
+        `points at s3://${bucket}/payloads/${otherId}.*can only be s3://${bucket}/payloads/${realId}: not fetched`,
+      ),
+    );
+    expect(reasons['other-bucket']).toMatch(new RegExp(`points at s3://${elsewhere}/.*not fetched`));
+    expect(reasons['too-big']).toMatch(
+      /52428800 bytes by the message, over .*maxBytes \(1048576\): not fetched/,
+    );
+    expect(reasons.short).toMatch(/is \d+ bytes, the message says 1000/);
+    // Refused pointers cost no S3 call; the short one stopped at its Content-Length, the genuine one was read.
+    expect(s3.calls).toEqual(['GetObjectCommand', 'GetObjectCommand']);
+    const forgedErrors = result.outcomes.filter(
+      (o) => o.messageId.startsWith('other-') || o.messageId === 'too-big',
+    );
+    expect(forgedErrors.map((o) => (o.error as LargePayloadError).retryable)).toEqual([false, false, false]);
+  });
+
+  it('refuses largePayloads without its bucket, and the s3 option of old with what replaced it', () => {
+    const base = { name: 'c', pool: db.pool, handlers: {}, fallback: async () => {} };
+    expect(() => createConsumer({ ...base, largePayloads: { s3: aws.s3 } as never })).toThrow(
+      /largePayloads\.bucket/,
+    );
+    expect(() => createConsumer({ ...base, s3: aws.s3 } as never)).toThrow(/replaced by largePayloads/);
   });
 
   it('dead-letters an event too large for its target when no bucket is configured', async () => {

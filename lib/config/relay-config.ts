@@ -100,14 +100,20 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       failureThreshold: readVar(env, 'OUTBOX_TARGET_FAILURES', intVar(1, 100)),
       probeMaxMs: readVar(env, 'OUTBOX_TARGET_PROBE_MAX_MS', intVar(1_000, 3_600_000)),
     },
-    largePayloads: largePayloads(env),
+    largePayloads: largePayloadVars(env),
   };
 }
 
 // S3 bucket names: 3-63 characters of lowercase letters, digits, dots and hyphens.
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
-function largePayloads(env: Env): RelayConfig['largePayloads'] {
+/**
+ * The claim check's bucket and key prefix from `OUTBOX_LARGE_PAYLOAD_BUCKET`
+ * and `OUTBOX_LARGE_PAYLOAD_PREFIX` (default `payloads`); undefined without a
+ * bucket. The relay stores there and the consumer reads there, so both read
+ * the same variables through this function.
+ */
+export function largePayloadVars(env: Env): { bucket: string; prefix: string } | undefined {
   const bucket = readVar(
     env,
     'OUTBOX_LARGE_PAYLOAD_BUCKET',

@@ -213,13 +213,16 @@ class SqsConsumer implements Consumer {
       try {
         const signal =
           deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now()));
-        envelope = await resolvePayload(envelope, ref, this.options.s3, signal);
+        envelope = await resolvePayload(envelope, ref, this.options.largePayloads, signal);
       } catch (caught) {
         const error = caught instanceof Error ? caught : new Error(String(caught));
-        logger.error('payload stored in S3 not read: the message will be retried', {
-          ...fields,
-          reason: error.message,
-        });
+        logger.error(
+          'payload stored in S3 not read: the record failed (the queue retries it, then moves it to its DLQ)',
+          {
+            ...fields,
+            reason: error.message,
+          },
+        );
         return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };
       }
     }

@@ -10,7 +10,7 @@ export { MalformedMessageError } from './errors.js';
 export { defineHandlers, type EventHandler, type HandlerContext, type HandlerMap } from './handlers.js';
 export { LargePayloadError } from './large-payload.js';
 export type { MessageSource } from './message-body.js';
-export type { ConsumerOptions } from './options.js';
+export type { ConsumerLargePayloadOptions, ConsumerOptions } from './options.js';
 export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';
 export type { RecordTrace } from './record-trace.js';
 export {

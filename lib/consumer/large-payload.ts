@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import type { GetObjectCommandOutput } from '@aws-sdk/client-s3';
 import { OutboxError } from '../errors.js';
 import { importOptional } from '../optional-dependency.js';
-import type { S3Sender } from '../publish/claim-check.js';
 import type { Envelope, PayloadRef } from '../publish/envelope.js';
+import type { ResolvedLargePayloads } from './options.js';
 
 /**
  * A payload the relay stored in S3 (the claim check) could not be read:
@@ -12,8 +12,8 @@ import type { Envelope, PayloadRef } from '../publish/envelope.js';
  * `maxReceiveCount` receives, moved to its dead-letter queue).
  */
 export class LargePayloadError extends OutboxError {
-  constructor(message: string, options: { cause?: unknown } = {}) {
-    super(message, { ...options, retryable: true });
+  constructor(message: string, options: { cause?: unknown; retryable?: boolean } = {}) {
+    super(message, { retryable: true, ...options });
     this.name = 'LargePayloadError';
   }
 }
@@ -24,34 +24,61 @@ const NOT_FOUND = new Set(['NoSuchKey', 'NotFound', 'NoSuchBucket']);
  * Fetches the payload a `payloadRef` points to, checks its size and SHA-256,
  * parses it and returns the envelope with `payload` set (and `payloadRef`
  * removed): handlers see the event as if the payload had travelled inline.
+ *
+ * The pointer comes from the message, so anyone who can send to the queue
+ * writes it. Only the relay's bucket and the event's own key are fetched
+ * (a pointer elsewhere would make the consumer read, with its role, an
+ * object it was never meant to), and no object larger than `maxBytes`: the
+ * size is checked on the pointer, on the response's Content-Length and while
+ * reading, never after a whole download.
  */
 export async function resolvePayload(
   envelope: Envelope,
   ref: PayloadRef,
-  s3: S3Sender | undefined,
+  config: ResolvedLargePayloads | undefined,
   abortSignal?: AbortSignal,
 ): Promise<Envelope> {
   const where = `s3://${ref.s3.bucket}/${ref.s3.key}`;
-  if (!s3) {
+  if (!config) {
     throw new LargePayloadError(
-      `the message's payload is stored in S3 (${where}) but the consumer has no S3 client: pass the consumer option s3 (the reference stack sets OUTBOX_LARGE_PAYLOAD_BUCKET)`,
+      `the message's payload is stored in S3 (${where}) but the consumer has no largePayloads option: pass largePayloads: { bucket, s3 } (the reference stack sets OUTBOX_LARGE_PAYLOAD_BUCKET)`,
+    );
+  }
+  const key = config.prefix === '' ? envelope.id : `${config.prefix}/${envelope.id}`;
+  if (ref.s3.bucket !== config.bucket || ref.s3.key !== key) {
+    throw new LargePayloadError(
+      `the message points at ${where}, but the payload of event ${envelope.id} can only be s3://${config.bucket}/${key}: not fetched (a forged or misrouted message)`,
+      { retryable: false },
+    );
+  }
+  if (ref.bytes > config.maxBytes) {
+    throw new LargePayloadError(
+      `the payload object ${where} is ${ref.bytes} bytes by the message, over the consumer's largePayloads.maxBytes (${config.maxBytes}): not fetched`,
+      { retryable: false },
     );
   }
   // Loaded here, not at import: a consumer that never sees a stored payload
   // does not need the S3 client installed.
   const { GetObjectCommand } = await importOptional(
     '@aws-sdk/client-s3',
-    'the consumer option s3',
+    'the consumer option largePayloads',
     () => import('@aws-sdk/client-s3'),
   );
   let bytes: Uint8Array;
   try {
-    const response = (await s3.send(new GetObjectCommand({ Bucket: ref.s3.bucket, Key: ref.s3.key }), {
+    const response = (await config.s3.send(new GetObjectCommand({ Bucket: config.bucket, Key: key }), {
       abortSignal,
     })) as GetObjectCommandOutput;
     if (!response.Body) throw new Error('the response has no body');
-    bytes = await response.Body.transformToByteArray();
+    if (response.ContentLength !== undefined && response.ContentLength !== ref.bytes) {
+      discard(response.Body);
+      throw new LargePayloadError(
+        `the payload object ${where} is ${response.ContentLength} bytes, the message says ${ref.bytes}`,
+      );
+    }
+    bytes = await readAtMost(response.Body, ref.bytes, where);
   } catch (error) {
+    if (error instanceof LargePayloadError) throw error;
     const e = error as { name?: string; message?: string };
     if (e.name && NOT_FOUND.has(e.name)) {
       throw new LargePayloadError(
@@ -83,4 +110,32 @@ export async function resolvePayload(
   }
   const { payloadRef: _ref, ...rest } = envelope;
   return { ...rest, payload };
+}
+
+type Body = NonNullable<GetObjectCommandOutput['Body']>;
+
+/** Stops a body nobody will read, so its connection is not left half-read. */
+function discard(body: Body): void {
+  (body as { destroy?: () => void }).destroy?.();
+}
+
+/**
+ * The body's bytes, refusing (and abandoning the download) once it has more
+ * than `limit`: a body longer than its pointer says is never held whole.
+ */
+async function readAtMost(body: Body, limit: number, where: string): Promise<Uint8Array> {
+  if (!(Symbol.asyncIterator in (body as object))) return body.transformToByteArray();
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
+    length += chunk.length;
+    if (length > limit) {
+      discard(body);
+      throw new LargePayloadError(
+        `the payload object ${where} has more than the ${limit} bytes the message says`,
+      );
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, length);
 }

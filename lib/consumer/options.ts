@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
+import { LARGE_PAYLOAD_MAX_BYTES } from '../outbox/limits.js';
 import type { S3Sender } from '../publish/claim-check.js';
 import type { EventHandler, HandlerMap } from './handlers.js';
 
@@ -45,15 +46,36 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * Reads payloads the relay stored in S3 because they were too large for a
    * message (`payloadRef`, docs/consumer.md "Large payloads"): fetched and
    * checked (size, SHA-256) before dedupe, so handlers get `event.payload`
-   * as usual. Without it such a record fails (and is retried).
+   * as usual. Only the relay's bucket and the event's own key
+   * (`<prefix>/<event id>`) are ever fetched, and only objects of at most
+   * `maxBytes`: a message pointing elsewhere fails its record. Without it
+   * such a record fails (and is retried).
    */
-  s3?: S3Sender | undefined;
+  largePayloads?: ConsumerLargePayloadOptions | undefined;
   /**
    * The schema of the dedupe tables (`processed_events`,
    * `processed_event_replays`), as given to `migrate({ schema })`. Default:
    * unqualified names, found through the connection's `search_path`.
    */
   schema?: string | undefined;
+}
+
+/** Where the relay stores large payloads (its `largePayloads`), and the client to read them. */
+export interface ConsumerLargePayloadOptions {
+  /** The relay's bucket (the reference stack's `OUTBOX_LARGE_PAYLOAD_BUCKET`). */
+  bucket: string;
+  /** The relay's key prefix, without a trailing slash. Default `payloads`. */
+  prefix?: string | undefined;
+  /** Largest object read, in bytes. Default 10 MiB (`LARGE_PAYLOAD_MAX_BYTES`, the producer's default limit). */
+  maxBytes?: number | undefined;
+  s3: S3Sender;
+}
+
+export interface ResolvedLargePayloads {
+  bucket: string;
+  prefix: string;
+  maxBytes: number;
+  s3: S3Sender;
 }
 
 export interface ResolvedConsumerOptions {
@@ -64,7 +86,7 @@ export interface ResolvedConsumerOptions {
   logger: OutboxLogger;
   safetyMarginMs: number;
   replays: 'skip' | 'handle';
-  s3: S3Sender | undefined;
+  largePayloads: ResolvedLargePayloads | undefined;
   schema: string | undefined;
 }
 
@@ -76,7 +98,7 @@ const KNOWN_OPTIONS = new Set([
   'logger',
   'safetyMarginMs',
   'replays',
-  's3',
+  'largePayloads',
   'schema',
 ]);
 
@@ -85,9 +107,15 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   options: ConsumerOptions<Events>,
 ): ResolvedConsumerOptions {
   for (const key of Object.keys(options)) {
+    if (key === 's3') {
+      throw new ConfigError(
+        's3',
+        "replaced by largePayloads: { bucket, prefix?, s3 } (the relay's bucket and prefix)",
+      );
+    }
     if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
   }
-  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, s3, schema } = options;
+  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, largePayloads, schema } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
     throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
   }
@@ -116,9 +144,6 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   if (!Number.isFinite(margin) || margin < 0) {
     throw new ConfigError('safetyMarginMs', 'expected a number of milliseconds >= 0');
   }
-  if (s3 !== undefined && typeof (s3 as { send?: unknown })?.send !== 'function') {
-    throw new ConfigError('s3', 'expected an S3Client (an object with send)');
-  }
   if (replays !== undefined && replays !== 'skip' && replays !== 'handle') {
     throw new ConfigError('replays', `expected 'skip' or 'handle' (got ${JSON.stringify(replays)})`);
   }
@@ -130,7 +155,40 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     logger: logger ?? silentLogger,
     safetyMarginMs: margin,
     replays: replays ?? 'skip',
-    s3,
+    largePayloads: resolveLargePayloads(largePayloads),
     schema: validateSchemaName(schema),
   };
+}
+
+function resolveLargePayloads(
+  options: ConsumerLargePayloadOptions | undefined,
+): ResolvedLargePayloads | undefined {
+  if (options === undefined) return undefined;
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError('largePayloads', 'expected { bucket, prefix?, maxBytes?, s3 }');
+  }
+  for (const key of Object.keys(options)) {
+    if (!['bucket', 'prefix', 'maxBytes', 's3'].includes(key)) {
+      throw new ConfigError(`largePayloads.${key}`, 'unknown option');
+    }
+  }
+  const { bucket, prefix, maxBytes, s3 } = options;
+  if (typeof bucket !== 'string' || bucket.trim() === '') {
+    throw new ConfigError(
+      'largePayloads.bucket',
+      'expected the name of the bucket the relay stores payloads in',
+    );
+  }
+  if (prefix !== undefined && typeof prefix !== 'string') {
+    throw new ConfigError('largePayloads.prefix', 'expected a key prefix (a string)');
+  }
+  const max = maxBytes ?? LARGE_PAYLOAD_MAX_BYTES;
+  if (!Number.isSafeInteger(max) || max <= 0) {
+    throw new ConfigError('largePayloads.maxBytes', `expected a number of bytes > 0 (got ${maxBytes})`);
+  }
+  if (typeof (s3 as { send?: unknown } | undefined)?.send !== 'function') {
+    throw new ConfigError('largePayloads.s3', 'expected an S3Client (an object with send)');
+  }
+  // The same normalisation as the relay's PayloadStore, so the keys agree.
+  return { bucket, prefix: (prefix ?? 'payloads').replace(/\/+$/, ''), maxBytes: max, s3 };
 }

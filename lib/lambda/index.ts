@@ -6,4 +6,5 @@
  */
 
 export { type Env, readVar, schemaVar } from '../config/env.js';
+export { largePayloadVars } from '../config/relay-config.js';
 export { databaseConfig, type SslMode } from '../db/connection-config.js';
