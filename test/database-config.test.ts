@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -62,6 +63,36 @@ describe('databaseConfig', () => {
     expect(config.ssl).not.toHaveProperty('ca');
     expect(config.connectionString).toBeUndefined();
     expect(config.maxLifetimeSeconds).toBeUndefined();
+  });
+
+  it('gives up on a Secrets Manager endpoint that never answers within DATABASE_SECRET_TIMEOUT_MS, naming the variable', async () => {
+    useEmulator();
+    const arn = await createSecret(JSON.stringify({ host: 'db', username: 'u', password: 'p' }));
+    // Accepts connections, reads the requests, answers nothing.
+    const held: net.Socket[] = [];
+    const blackHole = net.createServer((socket) => void held.push(socket.resume()));
+    await new Promise<void>((resolve) => blackHole.listen(0, '127.0.0.1', resolve));
+    process.env.AWS_ENDPOINT_URL = `http://127.0.0.1:${(blackHole.address() as net.AddressInfo).port}`;
+    try {
+      const started = Date.now();
+      const error = await databaseConfig({
+        ...process.env,
+        DATABASE_SECRET_ARN: arn,
+        DATABASE_SECRET_TIMEOUT_MS: '1500',
+      }).catch((e) => e);
+      const tookMs = Date.now() - started;
+      expect(error).toMatchObject(configError('DATABASE_SECRET_ARN'));
+      expect(error.message).toMatch(/did not answer within 1500 ms \(DATABASE_SECRET_TIMEOUT_MS\)/);
+      expect(held.length).toBeGreaterThan(0);
+      expect(tookMs).toBeGreaterThanOrEqual(1400);
+      expect(tookMs).toBeLessThan(4_000);
+      await expect(
+        databaseConfig({ ...process.env, DATABASE_SECRET_ARN: arn, DATABASE_SECRET_TIMEOUT_MS: '5' }),
+      ).rejects.toMatchObject(configError('DATABASE_SECRET_TIMEOUT_MS'));
+    } finally {
+      for (const socket of held) socket.destroy();
+      await new Promise((resolve) => blackHole.close(resolve));
+    }
   });
 
   it('a secret that is not in the expected format fails with the variable named', async () => {

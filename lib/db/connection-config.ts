@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import type pg from 'pg';
 import { z } from 'zod';
-import { boolVar, type Env, readVar } from '../config/env.js';
+import { boolVar, type Env, intVar, readVar } from '../config/env.js';
 import { ConfigError } from '../errors.js';
 import { importOptional } from '../optional-dependency.js';
 
@@ -90,8 +90,10 @@ export async function databaseConfig(env: Env = process.env): Promise<pg.PoolCon
   const secretArn = env.DATABASE_SECRET_ARN?.trim();
   const url = env.DATABASE_URL?.trim();
   let endpoint: Endpoint;
-  if (secretArn) endpoint = await endpointFromSecret(secretArn);
-  else if (url) endpoint = endpointFromUrl(url, iamAuth);
+  if (secretArn) {
+    const timeoutMs = readVar(env, 'DATABASE_SECRET_TIMEOUT_MS', intVar(100, 120_000)) ?? SECRET_TIMEOUT_MS;
+    endpoint = await endpointFromSecret(secretArn, timeoutMs);
+  } else if (url) endpoint = endpointFromUrl(url, iamAuth);
   else throw new ConfigError('DATABASE_URL', 'set DATABASE_URL (local) or DATABASE_SECRET_ARN (AWS)');
 
   const sslMode = resolveSslMode(env, endpoint);
@@ -135,24 +137,49 @@ export async function databaseConfig(env: Env = process.env): Promise<pg.PoolCon
   return config;
 }
 
-async function endpointFromSecret(secretArn: string): Promise<Endpoint> {
+/**
+ * How long reading the database secret may take, retries included (default
+ * of `DATABASE_SECRET_TIMEOUT_MS`). It runs at cold start, before the
+ * invocation's own deadline is known: without a bound, a Secrets Manager
+ * endpoint that accepts connections and never answers would hold the
+ * invocation until the function times out.
+ */
+export const SECRET_TIMEOUT_MS = 10_000;
+
+async function endpointFromSecret(secretArn: string, timeoutMs: number): Promise<Endpoint> {
   // Loaded only when a secret is used: a DATABASE_URL needs no AWS SDK.
   const { GetSecretValueCommand, SecretsManagerClient } = await importOptional(
     '@aws-sdk/client-secrets-manager',
     'DATABASE_SECRET_ARN',
     () => import('@aws-sdk/client-secrets-manager'),
   );
-  const client = new SecretsManagerClient({});
+  // Each attempt bounded by the request handler, all of them by the signal.
+  const client = new SecretsManagerClient({
+    maxAttempts: 3,
+    requestHandler: {
+      connectionTimeout: Math.min(3_000, timeoutMs),
+      requestTimeout: timeoutMs,
+      throwOnRequestTimeout: true,
+    },
+  });
+  const deadline = AbortSignal.timeout(timeoutMs);
   let secret: z.infer<typeof secretSchema>;
   try {
-    const value = await client.send(new GetSecretValueCommand({ SecretId: secretArn }));
+    const value = await client.send(new GetSecretValueCommand({ SecretId: secretArn }), {
+      abortSignal: deadline,
+    });
     secret = secretSchema.parse(JSON.parse(value.SecretString ?? ''));
   } catch (error) {
+    const reason = deadline.aborted
+      ? `Secrets Manager did not answer within ${timeoutMs} ms (DATABASE_SECRET_TIMEOUT_MS)`
+      : (error as Error).message;
     throw new ConfigError(
       'DATABASE_SECRET_ARN',
-      `could not read a {host, port, username, password, dbname} secret: ${(error as Error).message}`,
+      `could not read a {host, port, username, password, dbname} secret: ${reason}`,
       { cause: error },
     );
+  } finally {
+    client.destroy();
   }
   const endpoint: Endpoint = {
     host: secret.host,
