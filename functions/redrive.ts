@@ -153,6 +153,7 @@ export async function redriveHandler(
     matched: result.matched,
     reset: result.reset,
     discarded: result.discarded,
+    busy: result.busy,
     ids: result.ids.slice(0, MAX_LOGGED_IDS),
     ids_truncated: result.ids.length > MAX_LOGGED_IDS,
   });

@@ -128,6 +128,7 @@ describe('pg-lambda-outbox (lib/cli)', () => {
       matched: 1,
       reset: 0,
       discarded: 1,
+      busy: 0,
       ids: [dead[0]],
     });
     expect(await deadCount()).toBe(2);
@@ -198,6 +199,7 @@ describe('pg-lambda-outbox (lib/cli)', () => {
       matched: 2,
       reset: 0,
       discarded: 0,
+      busy: 0,
       ids: [dead[0], dead[2]],
     });
     expect(await deadCount()).toBe(3);

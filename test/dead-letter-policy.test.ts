@@ -94,12 +94,21 @@ describe('ordered mode: what a dead letter does to its aggregate', () => {
       matched: 1,
       reset: 0,
       discarded: 0,
+      busy: 0,
       ids: [a0],
     });
     expect(await drainUntilIdle(relay)).toMatchObject({ claimed: 0 });
 
     const done = await redriveDeadLetters(db.pool, { action: 'discard', ids: [a0], requestedBy: 'alice' });
-    expect(done).toEqual({ action: 'discard', dryRun: false, matched: 1, reset: 0, discarded: 1, ids: [a0] });
+    expect(done).toEqual({
+      action: 'discard',
+      dryRun: false,
+      matched: 1,
+      reset: 0,
+      discarded: 1,
+      busy: 0,
+      ids: [a0],
+    });
     const { rows } = await db.pool.query(
       `SELECT processed_at IS NOT NULL AS finished, dead_lettered_at, discarded_by, last_error
        FROM outbox_events WHERE id = $1`,

@@ -50,6 +50,7 @@ describe('functions/redrive handler', () => {
       matched: 3,
       reset: 0,
       discarded: 0,
+      busy: 0,
       ids: ids.slice(0, 3),
     });
 
@@ -63,6 +64,7 @@ describe('functions/redrive handler', () => {
       matched: 3,
       reset: 3,
       discarded: 0,
+      busy: 0,
       ids: ids.slice(0, 3),
     });
 

@@ -64,6 +64,7 @@ describe('redriveDeadLetters', () => {
       matched: 3,
       reset: 0,
       discarded: 0,
+      busy: 0,
       ids: dead,
     });
     expect(await snapshot()).toEqual(before);
@@ -87,6 +88,7 @@ describe('redriveDeadLetters', () => {
       matched: 2,
       reset: 2,
       discarded: 0,
+      busy: 0,
       ids: chosen,
     });
     const after = await snapshot();
@@ -161,6 +163,7 @@ describe('redriveDeadLetters', () => {
       matched: 5,
       reset: 2,
       discarded: 0,
+      busy: 0,
       ids: dead.slice(0, 2),
     });
     expect(await redriveDeadLetters(db.pool, { all: true, limit: 2 })).toMatchObject({
@@ -177,6 +180,7 @@ describe('redriveDeadLetters', () => {
       matched: 0,
       reset: 0,
       discarded: 0,
+      busy: 0,
       ids: [],
     });
   });

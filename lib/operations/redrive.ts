@@ -7,6 +7,7 @@ import {
   resetDeadLetters,
   selectDeadLetters,
 } from '../sql/redrive-dead-letters.js';
+import { aggregateKey, busyAggregates } from '../sql/replay-events.js';
 import { parseRedriveInput, type RedriveInput, type RedriveRequest } from './redrive-input.js';
 
 export { parseRedriveInput, type RedriveInput, type RedriveRequest } from './redrive-input.js';
@@ -21,6 +22,12 @@ export interface RedriveResult {
   reset: number;
   /** Rows finished without being published (discard; always 0 on a dry run or a redrive). */
   discarded: number;
+  /**
+   * Redrive only: selected dead letters left as they are because their
+   * aggregate was busy (a relay publishing one of its events, or a producer
+   * writing it, right then); run again for them. Always 0 for a discard.
+   */
+  busy: number;
   /** Ids changed (or, on a dry run, that would be), oldest first; at most `limit`. */
   ids: string[];
 }
@@ -41,13 +48,18 @@ export interface RedriveResult {
  * and in ordered mode releases its aggregate. A dry run runs the same
  * selection in a read-only transaction without locks.
  *
+ * A redrive leaves alone (and counts as `busy`) the dead letters of an
+ * aggregate that a relay is publishing or a producer is writing right then:
+ * the redriven event must go out before the aggregate's later events, and
+ * two relays must never hold one aggregate. Run it again for them.
+ *
  * @example
  * const preview = await redriveDeadLetters(pool, { eventType: 'order.created', dryRun: true });
- * // → { action: 'redrive', dryRun: true, matched: 3, reset: 0, discarded: 0, ids: [...] }
+ * // → { action: 'redrive', dryRun: true, matched: 3, reset: 0, discarded: 0, busy: 0, ids: [...] }
  * const done = await redriveDeadLetters(pool, { ids: preview.ids, requestedBy: 'alice' });
- * // → { action: 'redrive', dryRun: false, matched: 3, reset: 3, discarded: 0, ids: [...] }
+ * // → { action: 'redrive', dryRun: false, matched: 3, reset: 3, discarded: 0, busy: 0, ids: [...] }
  * await redriveDeadLetters(pool, { action: 'discard', ids: ['…'], requestedBy: 'alice' });
- * // → { action: 'discard', dryRun: false, matched: 1, reset: 0, discarded: 1, ids: ['…'] }
+ * // → { action: 'discard', dryRun: false, matched: 1, reset: 0, discarded: 1, busy: 0, ids: ['…'] }
  */
 export async function redriveDeadLetters(
   pool: Pool,
@@ -78,13 +90,29 @@ export async function redrive(
     });
     // Counted after the lock, so the figure agrees with what was selected.
     const matched = await countDeadLetters(client, request, schema);
-    const result = { action: request.action, dryRun: request.dryRun, matched, reset: 0, discarded: 0 };
-    if (request.dryRun) return { ...result, ids: selected };
+    const result = {
+      action: request.action,
+      dryRun: request.dryRun,
+      matched,
+      reset: 0,
+      discarded: 0,
+      busy: 0,
+    };
     if (request.action === 'discard') {
-      const done = await discardDeadLetters(client, selected, request.requestedBy ?? null, schema);
-      return { ...result, discarded: done.size, ids: selected.filter((id) => done.has(id)) };
+      const ids = selected.map((e) => e.id);
+      if (request.dryRun) return { ...result, ids };
+      const done = await discardDeadLetters(client, ids, request.requestedBy ?? null, schema);
+      return { ...result, discarded: done.size, ids: ids.filter((id) => done.has(id)) };
     }
-    const reset = await resetDeadLetters(client, selected, schema);
-    return { ...result, reset: reset.size, ids: selected.filter((id) => reset.has(id)) };
+    // A redriven dead letter becomes its aggregate's earliest unfinished
+    // event, so a redrive must not run under a relay holding that aggregate,
+    // nor behind a claim about to take its old head: the same rules as a
+    // replay (busyAggregates in replay-events.ts).
+    const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
+    const free = selected.filter((e) => !busy.has(aggregateKey(e))).map((e) => e.id);
+    const counted = { ...result, busy: selected.length - free.length };
+    if (request.dryRun) return { ...counted, ids: free };
+    const reset = await resetDeadLetters(client, free, schema);
+    return { ...counted, reset: reset.size, ids: free.filter((id) => reset.has(id)) };
   });
 }

@@ -117,6 +117,17 @@ export interface ClaimResult {
 //   re-checks them. After the lock the re-check runs on the newest row
 //   version (READ COMMITTED), so a row finished or claimed by another relay
 //   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
+// - ... and so is any row written since our snapshot (its newest version's
+//   xmin is not the one we read). The re-check can only see the rows it
+//   locks, and head-ness is a fact about other rows: a replay (or redrive)
+//   that made an earlier event of the aggregate unfinished again after our
+//   snapshot was taken is invisible to it. So replay and redrive write the
+//   aggregate's current head in their transaction (busyAggregates in
+//   replay-events.ts); a claim whose snapshot still saw that row as the head
+//   finds it rewritten and leaves the aggregate to the next claim, which sees
+//   the new head. Without that, the stale claim would lease the old head
+//   while the next claim leased the replayed event: two relays on one
+//   aggregate, the later event first.
 // - `picked` keeps, of each run, only the rows whose every predecessor in the
 //   run was locked too: a prefix from the head. Another relay holding (or
 //   having just finished) any earlier row of the run thus cuts the run there,
@@ -142,7 +153,7 @@ function orderedPicked(t: OutboxTables, policy: 'block' | 'skip'): string {
     }`;
   return `
 WITH RECURSIVE walk AS (
-  SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+  SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after, e.xmin AS row_xmin
   FROM ${t.events} e
   WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL
   ORDER BY e.seq
@@ -157,7 +168,7 @@ walk_heads AS (
   WHERE ${claimable('w')}
 ),
 heads AS (
-  (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+  (SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after, e.xmin AS row_xmin
    FROM ${t.events} e
    WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
@@ -166,7 +177,7 @@ heads AS (
   SELECT next.*
   FROM heads h
   CROSS JOIN LATERAL (
-    SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after
+    SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after, e.xmin AS row_xmin
     FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND (e.aggregate_type, e.aggregate_id) > (h.aggregate_type, h.aggregate_id)
@@ -186,11 +197,11 @@ chosen AS (
    LIMIT $1)
 ),
 run AS (
-  SELECT r.id, h.seq AS head_seq, r.seq, ${free('r')} AS free,
+  SELECT r.id, h.seq AS head_seq, r.seq, r.row_xmin, ${free('r')} AS free,
          r.attempts >= $4 AS exhausted
   FROM chosen h
   CROSS JOIN LATERAL (
-    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts
+    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts, e.xmin AS row_xmin
     FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND e.aggregate_type = h.aggregate_type
@@ -214,7 +225,7 @@ run AS (
     }
 ),
 cand AS (
-  SELECT c.id, c.head_seq, c.seq,
+  SELECT c.id, c.head_seq, c.seq, c.row_xmin,
          row_number() OVER (PARTITION BY c.head_seq ORDER BY c.seq) AS position
   FROM (
     SELECT run.*,
@@ -234,6 +245,7 @@ locked AS (
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
     AND (e.retry_after IS NULL OR e.retry_after <= now())
+    AND e.id::text || '/' || e.xmin::text = ANY (ARRAY(SELECT c.id::text || '/' || c.row_xmin::text FROM cand c))
   FOR UPDATE SKIP LOCKED
 ),
 picked AS (

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { type OutboxTables, outboxTables } from '../db/schema.js';
+import type { SelectedEvent } from './replay-events.js';
 
 /** Which dead letters an operator asked for; every field narrows, absent fields do not. */
 export interface DeadLetterFilter {
@@ -51,14 +52,14 @@ const COUNT = (t: OutboxTables) => `SELECT count(*)::int AS n FROM ${t.events} W
 // for ours, then re-checks `dead_lettered_at IS NOT NULL` on the new row
 // version and drops the rows we already reset, so no row is reset twice.
 const SELECT_FOR_UPDATE = (t: OutboxTables) => `
-SELECT id FROM ${t.events} WHERE ${WHERE}
+SELECT id, aggregate_type, aggregate_id FROM ${t.events} WHERE ${WHERE}
 ORDER BY seq
 LIMIT $7
 FOR UPDATE`;
 
 // The dry run takes no row locks: it must not block anyone.
 const SELECT = (t: OutboxTables) => `
-SELECT id FROM ${t.events} WHERE ${WHERE}
+SELECT id, aggregate_type, aggregate_id FROM ${t.events} WHERE ${WHERE}
 ORDER BY seq
 LIMIT $7`;
 
@@ -116,18 +117,22 @@ export async function countDeadLetters(
 }
 
 /**
- * Ids of the first `limit` dead letters (by seq) matching `filter`. With
- * `lock`, the rows stay locked until the caller's transaction ends.
+ * The first `limit` dead letters (by seq) matching `filter`, with their
+ * aggregates. With `lock`, the rows stay locked until the caller's
+ * transaction ends.
  */
 export async function selectDeadLetters(
   db: Queryable,
   filter: DeadLetterFilter,
   limit: number,
   options: { lock: boolean; schema?: string | undefined },
-): Promise<string[]> {
+): Promise<SelectedEvent[]> {
   const sql = (options.lock ? SELECT_FOR_UPDATE : SELECT)(outboxTables(options.schema));
-  const { rows } = await db.query<{ id: string }>(sql, [...filterValues(filter), limit]);
-  return rows.map((r) => r.id);
+  const { rows } = await db.query<{ id: string; aggregate_type: string; aggregate_id: string }>(sql, [
+    ...filterValues(filter),
+    limit,
+  ]);
+  return rows.map((r) => ({ id: r.id, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id }));
 }
 
 /** Resets the given dead letters to pending; returns the ids it reset. */

@@ -103,10 +103,11 @@ export async function selectReplayable(
 //    now holds it (its events may be claimed the moment it commits), so the
 //    aggregate is busy; once we hold it, producers of the aggregate wait for
 //    our commit, and their events are numbered after ours.
-// 2. The aggregate's head (earliest unfinished event) is locked, SKIP LOCKED:
-//    a claim takes an aggregate only from its head, locked (see
-//    claim-batch.ts), so no claim takes any of it until we commit; a head we
-//    cannot lock is being claimed right now: busy.
+// 2. The aggregate's head (earliest unfinished event) is locked, SKIP LOCKED,
+//    and written: a claim takes an aggregate only from its head, locked (see
+//    claim-batch.ts), so no claim takes any of it until we commit, and one
+//    whose snapshot is older than our commit finds the head rewritten and
+//    leaves it; a head we cannot lock is being claimed right now: busy.
 // 3. An unfinished event of the aggregate under a live lease is being
 //    published: busy.
 // Events of busy aggregates are left as they are (still published, still
@@ -135,9 +136,17 @@ CROSS JOIN LATERAL (
   ORDER BY e.aggregate_type, e.aggregate_id, e.seq
   LIMIT 1) h`;
 
+// Locked and written (a new row version, nothing changed): a claim whose
+// snapshot predates our commit and still takes this row for the head sees
+// it rewritten and leaves it (claim-batch.ts, the re-check in \`locked\`).
 const LOCK_HEADS = (t: OutboxTables) => `
-SELECT id FROM ${t.events} WHERE id = ANY($1::uuid[])
-FOR UPDATE SKIP LOCKED`;
+WITH mine AS (
+  SELECT id FROM ${t.events} WHERE id = ANY($1::uuid[])
+  FOR UPDATE SKIP LOCKED)
+UPDATE ${t.events} e
+SET locked_by = e.locked_by
+WHERE e.id = ANY (ARRAY(SELECT mine.id FROM mine))
+RETURNING e.id`;
 
 const LEASED = (t: OutboxTables) => `
 SELECT DISTINCT e.aggregate_type, e.aggregate_id

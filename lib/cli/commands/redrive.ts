@@ -77,7 +77,7 @@ export function discardCommand(cli: Command): void {
 
 function describeRedrive(result: RedriveResult): string {
   const lines: string[] = [];
-  const beyond = result.matched - result.ids.length;
+  const beyond = result.matched - result.ids.length - result.busy;
   if (result.action === 'discard') {
     lines.push(
       result.dryRun
@@ -94,6 +94,11 @@ function describeRedrive(result: RedriveResult): string {
     );
   }
   lines.push(...result.ids.map((id) => `  ${id}`));
+  if (result.busy > 0) {
+    lines.push(
+      `${deadLetterCount(result.busy)} left as they are: a relay was publishing (or a producer writing) an event of their aggregate; run again for them.`,
+    );
+  }
   if (beyond > 0)
     lines.push(`${beyond} more match beyond the limit; run again (or raise --limit) for the rest.`);
   return lines.join('\n');
