@@ -33,14 +33,14 @@ const LOCKS_START = 'WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))';
 /** The pool, with `pauseMs` of sleep put into the ordered claim after its reads, before its row locks. */
 function pausedBeforeLocks(pauseMs: number): Queryable {
   return {
-    query(text, values) {
+    query: ((text: string, values?: unknown[]) => {
       if (!text.includes(LOCKS_START)) throw new Error('the ordered claim no longer has the expected shape');
       const paused = text.replace(
         LOCKS_START,
         `${LOCKS_START}\n    AND (SELECT count(*) FROM pg_sleep(${pauseMs / 1000})) = 1`,
       );
       return db.pool.query(paused, values);
-    },
+    }) as Queryable['query'],
   };
 }
 
