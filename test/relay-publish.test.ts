@@ -253,8 +253,21 @@ describe('relay → SQS and EventBridge', () => {
     expect(
       rows.filter((r) => /TargetUnavailable|backed off/.test(r.last_error ?? '')).length,
     ).toBeGreaterThan(0);
+    // The log: a summary per run, not a line per waiting event per claim
+    // (those are debug lines); the first names the network error.
+    const summaries = down.log.lines.filter((l) =>
+      l.message.startsWith('events wait for unavailable targets'),
+    );
+    expect(summaries.map((l) => l.level)).toEqual(['warn', 'warn', 'warn', 'warn']);
     expect(
-      down.log.lines.find((l) => l.level === 'warn' && l.extra.event_id === ids[0])?.extra,
+      summaries.map(
+        (l) => (l.extra.targets as Record<string, { retries: number }>)[`sqs:${queue.url}`]?.retries,
+      ),
+    ).toEqual([20, 20, 20, 20]);
+    expect(JSON.stringify(summaries[0]?.extra)).toMatch(/SQS network error/);
+    expect(down.log.lines.filter((l) => l.level !== 'debug' && l.extra.event_id !== undefined)).toEqual([]);
+    expect(
+      down.log.lines.find((l) => l.level === 'debug' && l.extra.event_id === ids[0])?.extra,
     ).toMatchObject({ event_id: ids[0], event_type: 'order.created', aggregate_id: 'order-0', attempt: 1 });
 
     // The emulator is back: everything drains.
@@ -300,7 +313,10 @@ describe('relay → SQS and EventBridge', () => {
     expect(rows.every((r) => r.retry_after !== null)).toBe(true);
     expect(rows[0]?.last_error).toMatch(/SQS config error: .*(NonExistentQueue|QueueDoesNotExist)/);
     const warn = log.lines.find((l) => l.level === 'warn');
-    expect(warn?.extra.code).toMatch(/NonExistentQueue|QueueDoesNotExist/);
+    expect(warn?.message).toMatch(/^events wait for unavailable targets/);
+    expect(JSON.stringify(warn?.extra.targets)).toMatch(
+      /"retries":3,"codes":\{"(NonExistentQueue|QueueDoesNotExist|AWS\.SimpleQueueService\.NonExistentQueue)":3\}/,
+    );
     expect(metrics.records).toContainEqual({
       name: 'Failed',
       unit: 'Count',

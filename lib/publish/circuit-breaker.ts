@@ -101,12 +101,20 @@ export class CircuitBreaker implements CallGate {
   }
 
   /**
-   * How long to hold an event the circuit refused: until the next probe, or,
-   * while a probe is in flight, briefly (it may succeed in a moment).
+   * How long to hold an event of this target: until the next probe. While a
+   * probe is in flight, when that is depends on how long the probe hangs,
+   * so twice the longest wait a failed probe leads to (the doubled wait, at
+   * most `probeMaxMs`): the event then comes due after the next probe, not
+   * between the two. Nothing is lost by the long hold: a probe that
+   * succeeds releases the waiting events at once (the relay's
+   * `releaseWaiting`), and the next probe is carried by the events refused
+   * since (held until it). Without it an outage would cost a claim and an
+   * outcome per waiting event every few hundred milliseconds while a probe
+   * hangs.
    */
   retryAfterMs(): number {
     if (this.state === 'closed') return 0;
-    if (this.probing) return Math.min(500, this.probeWaitMs);
+    if (this.probing) return 2 * Math.min(this.maxMs, this.probeWaitMs * 2);
     return Math.max(50, this.nextProbeAt - this.now());
   }
 

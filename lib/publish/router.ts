@@ -176,10 +176,30 @@ export class RoutingPublisher implements Publisher {
         }
       }
       if (others.length > 0) for (const [id, result] of await send(others)) results.set(id, result);
-      return results;
+      return holdUntilProbe(results, gate);
     }
-    return send(list);
+    return holdUntilProbe(await send(list), gate);
   }
+}
+
+/**
+ * A target whose circuit is open (now, after this send) is not called again
+ * before its next probe, so an event that failed there for a reason of the
+ * environment waits at least that long: claimed again sooner, it would only
+ * be refused again.
+ */
+function holdUntilProbe(
+  results: Map<string, TargetResult>,
+  gate: CircuitBreaker | undefined,
+): Map<string, TargetResult> {
+  if (!gate?.isOpen) return results;
+  const holdMs = gate.retryAfterMs();
+  for (const [id, result] of results) {
+    if (!result.ok && result.retryable && result.environment && !result.heldBack) {
+      results.set(id, { ...result, retryAfterMs: Math.max(result.retryAfterMs ?? 0, holdMs) });
+    }
+  }
+  return results;
 }
 
 /**

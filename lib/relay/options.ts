@@ -61,6 +61,14 @@ export interface RelayOptions {
    */
   publishedRows?: 'keep' | 'delete';
   /**
+   * Events retried because a target is unavailable are not logged one by
+   * one (an outage would write a line per waiting event per claim): the
+   * relay logs a summary of them per target at most this often, and at the
+   * end of each run. Target state changes are logged when they happen (the
+   * publisher's `onTargetChange`). Default 60 s.
+   */
+  waitingSummaryMs?: number;
+  /**
    * The schema the outbox tables live in (`migrate({ schema })`,
    * `OUTBOX_SCHEMA`). Default: unqualified names, found through the
    * connection's `search_path`.
@@ -87,6 +95,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   idleWaitMinMs: 10,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
+  waitingSummaryMs: 60_000,
   schema: undefined,
 };
 

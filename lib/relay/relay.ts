@@ -124,6 +124,9 @@ export class Relay {
   private claimsSinceFull = 0;
   private lastFullClaimAt = 0;
   private readonly now: () => number;
+  /** Events retried for an unavailable target since the last summary line, per target. */
+  private waiting = new Map<string, { events: number; codes: Record<string, number>; lastError: string }>();
+  private waitingSince: number | undefined;
 
   constructor(private readonly deps: RelayDeps) {
     this.options = resolveRelayOptions(deps.options);
@@ -354,13 +357,21 @@ export class Relay {
         return { id: event.id, status: 'dead', error: verdict.dead, delivered: outcome.delivered };
       }
       report.retried++;
-      if (verdict.refund) report.held++;
-      this.logger.warn(
-        verdict.refund
-          ? 'publish failed for a reason of the environment; will retry without spending an attempt'
-          : 'publish failed; will retry',
-        { ...fields, retry_in_ms: verdict.delayMs },
-      );
+      if (verdict.refund) {
+        // The environment's fault: counted into the periodic summary, not a
+        // line per event (an outage would log every waiting event per claim).
+        report.held++;
+        this.noteWaiting(outcome);
+        this.logger.debug(
+          'publish failed for a reason of the environment; will retry without spending an attempt',
+          {
+            ...fields,
+            retry_in_ms: verdict.delayMs,
+          },
+        );
+      } else {
+        this.logger.warn('publish failed; will retry', { ...fields, retry_in_ms: verdict.delayMs });
+      }
       return {
         id: event.id,
         status: 'retry',
@@ -405,6 +416,40 @@ export class Relay {
       return { dead: `attempt limit (${this.options.maxAttempts}) reached; last error: ${outcome.error}` };
     }
     return { delayMs: backoffDelay(event.attempts, this.options.backoff, this.random), refund: false };
+  }
+
+  private noteWaiting(outcome: PublishOutcome & { ok: false }) {
+    this.waitingSince ??= this.now();
+    for (const target of outcome.waitingFor ?? ['(unknown target)']) {
+      const entry = this.waiting.get(target) ?? { events: 0, codes: {}, lastError: '' };
+      entry.events++;
+      bump(entry.codes, outcome.code ?? 'Error');
+      entry.lastError = outcome.error;
+      this.waiting.set(target, entry);
+    }
+  }
+
+  /**
+   * One line for the events retried because their target was unavailable
+   * since the last such line: per target, how many retries, why. Written at
+   * most every `waitingSummaryMs`, and at the end of a run (`force`).
+   */
+  private logWaiting(force: boolean) {
+    if (this.waitingSince === undefined) return;
+    const periodMs = this.now() - this.waitingSince;
+    if (!force && periodMs < this.options.waitingSummaryMs) return;
+    const targets = Object.fromEntries(
+      [...this.waiting].map(([target, w]) => [
+        target,
+        { retries: w.events, codes: w.codes, last_error: w.lastError },
+      ]),
+    );
+    this.logger.warn('events wait for unavailable targets; retried without spending attempts', {
+      targets,
+      period_ms: periodMs,
+    });
+    this.waiting = new Map();
+    this.waitingSince = undefined;
   }
 
   /**
@@ -503,6 +548,7 @@ export class Relay {
           throw translateConnectionError(error);
         }
         lostInARow = 0;
+        this.logWaiting(false);
         if (report.claimed > 0 || report.deadLettered > 0) {
           total.batches++;
           durations.push(report.durationMs);
@@ -538,6 +584,7 @@ export class Relay {
     };
 
     const results = await Promise.allSettled(Array.from({ length: this.options.workers }, loop));
+    this.logWaiting(true);
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     const summary: RelaySummary = {
       ...total,
