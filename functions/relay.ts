@@ -11,6 +11,7 @@ import {
   createAwsPublisher,
   listenSignal,
   loadRelayConfig,
+  logTargetChanges,
   type Publisher,
   Relay,
   type RelaySummary,
@@ -51,17 +52,7 @@ const publisher = createAwsPublisher({
   source: config.eventSource,
   concurrency: config.concurrency,
   circuit: config.circuit,
-  onTargetChange: (target, change) => {
-    if (change.state === 'open') {
-      logger.error('target unavailable: backing it off, its events wait without spending attempts', {
-        target,
-        failures: change.failures,
-        next_probe_in_ms: change.nextProbeInMs,
-      });
-    } else {
-      logger.info('target answers again', { target, failures: change.failures });
-    }
-  },
+  onTargetChange: logTargetChanges(logger),
 });
 
 export interface RelayHandlerOptions {

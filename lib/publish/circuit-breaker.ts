@@ -15,6 +15,11 @@ export type CircuitState = 'closed' | 'open';
 
 export interface CircuitChange {
   state: CircuitState;
+  /**
+   * Open only: true when a probe failed and the circuit stays open (no
+   * change of state, only a longer wait); false when it has just opened.
+   */
+  probeFailed?: boolean;
   /** Consecutive failed calls (closing: how many it took to recover). */
   failures: number;
   /** Wait before the next probe, when open. */
@@ -89,7 +94,7 @@ export class CircuitBreaker implements CallGate {
     if (failed) {
       this.failures++;
       this.probeWaitMs = Math.min(this.maxMs, this.probeWaitMs * 2);
-      this.open();
+      this.open(true);
     } else {
       const failures = this.failures;
       this.state = 'closed';
@@ -125,11 +130,31 @@ export class CircuitBreaker implements CallGate {
     return recovered;
   }
 
-  private open() {
+  private open(probeFailed = false) {
     this.state = 'open';
     // Equal jitter: relays that saw the outage together do not probe together.
     const wait = Math.round(this.probeWaitMs / 2 + (this.random() * this.probeWaitMs) / 2);
     this.nextProbeAt = this.now() + wait;
-    this.onChange({ state: 'open', failures: this.failures, nextProbeInMs: wait });
+    this.onChange({ state: 'open', probeFailed, failures: this.failures, nextProbeInMs: wait });
   }
+}
+
+/**
+ * The publisher's `onTargetChange` as the relay functions log it: one line
+ * when a target is backed off and one when it answers again; a failed probe
+ * (the target stays backed off) only at debug level, since the relay's
+ * periodic summary of waiting events says that it is still down and why.
+ */
+export function logTargetChanges(logger: {
+  debug(message: string, fields: Record<string, unknown>): void;
+  info(message: string, fields: Record<string, unknown>): void;
+  error(message: string, fields: Record<string, unknown>): void;
+}): (target: string, change: CircuitChange) => void {
+  return (target, change) => {
+    const fields = { target, failures: change.failures, next_probe_in_ms: change.nextProbeInMs };
+    if (change.state === 'closed') logger.info('target answers again', { target, failures: change.failures });
+    else if (change.probeFailed) logger.debug('probe of a backed-off target failed; waiting longer', fields);
+    else
+      logger.error('target unavailable: backing it off, its events wait without spending attempts', fields);
+  };
 }

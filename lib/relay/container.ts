@@ -5,6 +5,7 @@ import { loadRelayConfig, type RelayConfig } from '../config/relay-config.js';
 import { databaseConfig } from '../db/connection-config.js';
 import type { OutboxLogger, OutboxMetrics } from '../observer.js';
 import { importOptional } from '../optional-dependency.js';
+import { logTargetChanges } from '../publish/circuit-breaker.js';
 import { type AwsPublisherOptions, createAwsPublisher } from '../publish/router.js';
 import { listenSignal, sleepSignal, type WorkSignal } from './notifier.js';
 import { Relay, type RelaySummary } from './relay.js';
@@ -150,17 +151,7 @@ export async function startRelayFromEnv(options: StartRelayOptions): Promise<Rel
       source: config.eventSource,
       concurrency: config.concurrency,
       circuit: config.circuit,
-      onTargetChange: (target, change) => {
-        if (change.state === 'open') {
-          logger.error('target unavailable: backing it off, its events wait without spending attempts', {
-            target,
-            failures: change.failures,
-            next_probe_in_ms: change.nextProbeInMs,
-          });
-        } else {
-          logger.info('target answers again', { target, failures: change.failures });
-        }
-      },
+      onTargetChange: logTargetChanges(logger),
     });
     const relay = new Relay({
       db: pool,

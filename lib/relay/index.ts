@@ -7,7 +7,12 @@
  */
 
 export { loadRelayConfig, parseRoutes, type RelayConfig } from '../config/relay-config.js';
-export type { CircuitBreakerOptions, CircuitChange, CircuitState } from '../publish/circuit-breaker.js';
+export {
+  type CircuitBreakerOptions,
+  type CircuitChange,
+  type CircuitState,
+  logTargetChanges,
+} from '../publish/circuit-breaker.js';
 export type { LargePayloadOptions } from '../publish/claim-check.js';
 export { NullPublisher } from '../publish/null-publisher.js';
 export {
