@@ -3,7 +3,7 @@ import { importOptional } from '../optional-dependency.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { guardedCall, payloadStoreFailure } from './batching.js';
 import type { PayloadRef } from './envelope.js';
-import { compactJson } from './messages.js';
+import { compactJson, compactJsonBuffer } from './messages.js';
 import type { SendContext, TargetResult } from './types.js';
 
 /**
@@ -72,7 +72,10 @@ export class PayloadStore {
         'largePayloads',
         () => import('@aws-sdk/client-s3'),
       );
-      const body = Buffer.from(payloadText(event), 'utf8');
+      const body =
+        event.payloadJson === undefined
+          ? Buffer.from(JSON.stringify(event.payload), 'utf8')
+          : compactJsonBuffer(event.payloadJson);
       const ref: PayloadRef = {
         s3: { bucket: this.bucket, key: this.keyFor(event.id) },
         bytes: body.length,

@@ -13,7 +13,7 @@ import {
 } from './batching.js';
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
 import type { PayloadRef } from './envelope.js';
-import { eventBridgeMessage } from './messages.js';
+import { eventBridgeMessage, publishedPayloadBytes } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
 /**
@@ -71,6 +71,12 @@ export class EventBridgeTransport implements Transport {
     const oversize: OutboxEvent[] = [];
     const payloads = this.options.payloads;
     const prepare = (event: OutboxEvent, payloadRef?: PayloadRef) => {
+      // A payload over the limit on its own goes to the claim check at once:
+      // no message of several MiB is built (and held) just to be measured.
+      if (payloads && !payloadRef && publishedPayloadBytes(event) > this.maxBytes) {
+        oversize.push(event);
+        return;
+      }
       let message: ReturnType<typeof eventBridgeMessage>;
       try {
         message = eventBridgeMessage(event, {

@@ -77,6 +77,72 @@ export function compactJson(text: string): string {
   return start === 0 ? text : out + text.slice(start);
 }
 
+/** UTF-8 bytes of {@link compactJson}'s result, counted without building it. */
+export function compactJsonBytes(text: string): number {
+  let removed = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i++;
+      else if (c === 34) inString = false;
+    } else if (c === 34) {
+      inString = true;
+    } else if (c === 32 || c === 10 || c === 13 || c === 9) {
+      removed++;
+    }
+  }
+  return Buffer.byteLength(text) - removed;
+}
+
+/**
+ * {@link compactJson} straight into a Buffer of exactly its size: for the
+ * claim check, which needs the bytes (to hash and PUT), never the string.
+ * A 10 MiB payload then costs one 10 MiB copy, not a compacted string and
+ * its encoding on top of the claimed text.
+ */
+export function compactJsonBuffer(text: string): Buffer {
+  const buffer = Buffer.allocUnsafe(compactJsonBytes(text));
+  let offset = 0;
+  let start = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i++;
+      else if (c === 34) inString = false;
+    } else if (c === 34) {
+      inString = true;
+    } else if (c === 32 || c === 10 || c === 13 || c === 9) {
+      if (i > start) offset += buffer.write(text.slice(start, i), offset, 'utf8');
+      start = i + 1;
+    }
+  }
+  if (start < text.length) offset += buffer.write(text.slice(start), offset, 'utf8');
+  return offset === buffer.length ? buffer : buffer.subarray(0, offset);
+}
+
+const payloadSizes = new WeakMap<object, number>();
+
+/**
+ * UTF-8 bytes of the payload as the relay publishes it (compacted), counted
+ * once per event and without building it. A message holds at least that
+ * much, so a transport with a payload store can send an event whose payload
+ * alone is over its limit straight to the claim check, without building a
+ * message of several MiB only to find it too large.
+ */
+export function publishedPayloadBytes(event: Pick<OutboxEvent, 'payload' | 'payloadJson'>): number {
+  let bytes = payloadSizes.get(event);
+  if (bytes === undefined) {
+    bytes =
+      event.payloadJson === undefined
+        ? Buffer.byteLength(JSON.stringify(event.payload) ?? '')
+        : compactJsonBytes(event.payloadJson);
+    payloadSizes.set(event, bytes);
+  }
+  return bytes;
+}
+
 /**
  * The envelope's JSON text. The payload goes in as the committed text
  * (`payload::text`, compacted), never re-serialized from a parsed value, so

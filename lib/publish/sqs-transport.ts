@@ -13,7 +13,7 @@ import {
 } from './batching.js';
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
 import type { PayloadRef } from './envelope.js';
-import { sqsMessage } from './messages.js';
+import { publishedPayloadBytes, sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
 /**
@@ -85,6 +85,12 @@ export class SqsTransport implements Transport {
     const payloads = this.options.payloads;
     const entryIds = new Map(events.map((event, i) => [event.id, `e${i}`]));
     const prepare = (event: OutboxEvent, payloadRef?: PayloadRef) => {
+      // A payload over the limit on its own goes to the claim check at once:
+      // no message of several MiB is built (and held) just to be measured.
+      if (payloads && !payloadRef && publishedPayloadBytes(event) > this.maxBytes) {
+        oversize.push(event);
+        return;
+      }
       let message: ReturnType<typeof sqsMessage>;
       try {
         message = sqsMessage(event, { fifo: this.fifo, payloadRef });

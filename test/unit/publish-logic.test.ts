@@ -3,7 +3,13 @@ import type { OutboxEvent } from '../../lib/outbox/types.js';
 import { classifyCallError, classifyEntryError } from '../../lib/publish/aws-errors.js';
 import { chunkBySize, sendBatchOrSplit } from '../../lib/publish/batching.js';
 import { CircuitBreaker } from '../../lib/publish/circuit-breaker.js';
-import { compactJson, messageGroupId } from '../../lib/publish/messages.js';
+import {
+  compactJson,
+  compactJsonBuffer,
+  compactJsonBytes,
+  messageGroupId,
+  publishedPayloadBytes,
+} from '../../lib/publish/messages.js';
 import { RoutingPublisher } from '../../lib/publish/router.js';
 import { RouteTable } from '../../lib/publish/routes.js';
 import type { TargetResult, Transport } from '../../lib/publish/types.js';
@@ -207,6 +213,9 @@ describe('CircuitBreaker', () => {
     expect(breaker.probeDue).toBe(true);
     expect(breaker.allowCall()).toBe(true); // the probe
     expect(breaker.allowCall()).toBe(false); // only one at a time
+    // While it is in flight, events wait past the next probe should it fail
+    // (twice the doubled wait): a success releases them anyway.
+    expect(breaker.retryAfterMs()).toBe(4_000);
     breaker.report(env); // probe failed: wait doubles
     expect(breaker.retryAfterMs()).toBe(2_000);
     now = 3_000;
@@ -260,5 +269,21 @@ describe('compactJson', () => {
     expect(compactJson(text)).toBe('{"a":1,"b":[1,2,{"c":"x y, z: \\" q\\\\"}],"d":"\\t"}');
     expect(JSON.parse(compactJson(text))).toEqual(JSON.parse(text));
     expect(compactJson('{"a":1}')).toBe('{"a":1}');
+  });
+
+  it('counts and writes the same bytes without building the string', () => {
+    for (const text of [
+      '{"a": 1, "b": [1, 2, {"c": "x y, z: \\" q\\\\"}], "d": "\\t"}',
+      '{"å": "ü €", "emoji": "😀 😀", "n": [1, 2,\n 3]}',
+      '{}',
+      '"just a string with spaces"',
+      `{"big": "${'x '.repeat(50_000)}", "list": [${Array.from({ length: 1000 }, (_, i) => i).join(', ')}]}`,
+    ]) {
+      const expected = Buffer.from(compactJson(text), 'utf8');
+      expect(compactJsonBytes(text)).toBe(expected.length);
+      expect(compactJsonBuffer(text).equals(expected)).toBe(true);
+      expect(publishedPayloadBytes({ payload: undefined, payloadJson: text })).toBe(expected.length);
+    }
+    expect(publishedPayloadBytes({ payload: { a: 'é' } })).toBe(Buffer.byteLength('{"a":"é"}'));
   });
 });
