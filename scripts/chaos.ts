@@ -15,21 +15,24 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { Command, InvalidArgumentError } from 'commander';
 import pg from 'pg';
+import type { ConsumerFleet } from './chaos/consumers.js';
 import type { FaultInjector, FaultTiming } from './chaos/faults.js';
 import type { RelayFleet } from './chaos/relays.js';
 import { resultTable } from './chaos/report.js';
 import { createRng } from './chaos/rng.js';
 import {
   type ChaosMode,
+  CONSUMER_SETTINGS,
   type ModeResult,
   type ModeSettings,
   RELAY_SETTINGS,
   runMode,
 } from './chaos/scenario.js';
-import { startLocalAws, useLocalAwsEnv } from './local/aws-emulator.js';
+import { startStackEmulator, useLocalAwsEnv } from './local/aws-emulator.js';
 import { startLocalPostgres } from './local/postgres.js';
 
 const integer = (min: number, max: number) => (value: string) => {
@@ -110,6 +113,9 @@ const logDir = path.resolve('.local', 'chaos', runStarted.toISOString().replace(
 const timing: FaultTiming = short
   ? { gapMs: [1_500, 4_000], pauseMs: [2_000, 5_000], outageMs: [3_000, 8_000], downMs: [500, 2_000] }
   : { gapMs: [2_000, 6_000], pauseMs: [2_000, 8_000], outageMs: [5_000, 20_000], downMs: [500, 3_000] };
+// Poison (no route: dead-lettered at once), large payloads (S3) and handler
+// failures on first delivery are traffic; the crash poison is a fault.
+const traffic = { poisonRate: 0.005, largeRate: 0.004, consumerFailPerMille: 30 };
 const modes: ModeSettings[] = [
   {
     mode: 'standard' as ChaosMode,
@@ -121,6 +127,8 @@ const modes: ModeSettings[] = [
     drainTimeoutMs: short ? 60_000 : 120_000,
     brokenRelay: opts.brokenRelay ? 1 : undefined,
     publishedRows,
+    ...traffic,
+    crashAt: short ? [0.05] : [0.05, 0.4],
   },
   {
     mode: 'fifo' as ChaosMode,
@@ -132,14 +140,18 @@ const modes: ModeSettings[] = [
     drainTimeoutMs: short ? 60_000 : 120_000,
     brokenRelay: opts.brokenRelay ? 1 : undefined,
     publishedRows,
+    ...traffic,
+    crashAt: short ? [0.05] : [0.05, 0.4],
   },
 ].filter((m) => opts.mode === 'both' || m.mode === opts.mode);
 
 // --- cleanup: every child by the pid we started, on any exit ------------------
-const live: { fleet?: RelayFleet; faults?: FaultInjector; emulatorPid?: number } = {};
+const live: { fleet?: RelayFleet; consumers?: ConsumerFleet; faults?: FaultInjector; emulatorPid?: number } =
+  {};
 function killChildrenNow() {
   live.faults?.resumeNow();
   live.fleet?.killAllNow();
+  live.consumers?.killAllNow();
   if (live.emulatorPid) {
     try {
       process.kill(live.emulatorPid, 'SIGCONT');
@@ -162,17 +174,25 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 // --- infrastructure ------------------------------------------------------------
 say(`chaos: seed ${seed}${short ? ' (short)' : ''}; replay with --seed ${seed}`);
 const postgres = await startLocalPostgres({ log: say });
-const aws = await startLocalAws({ emulator: 'ministack', log: say });
-if (!aws.pid) {
+if (process.env.AWS_ENDPOINT_URL) {
   say('the suite must own the AWS emulator process (to pause it); unset AWS_ENDPOINT_URL');
   process.exit(2);
 }
+// MiniStack with the services the run uses (S3 for the large payloads), no
+// IAM enforcement and no functions deployed: the relays and consumers are
+// processes of this suite.
+const aws = await startStackEmulator({
+  auth: false,
+  env: { SERVICES: 'sqs,events,s3' },
+  log: say,
+});
 live.emulatorPid = aws.pid;
 useLocalAwsEnv(aws.endpoint);
 const clientConfig = { maxAttempts: 3 };
 const sqs = new SQSClient(clientConfig);
 const eventBridge = new EventBridgeClient(clientConfig);
-say(`PostgreSQL (${postgres.source}); AWS emulator ${aws.source} pid ${aws.pid} at ${aws.endpoint}`);
+const s3 = new S3Client({ ...clientConfig, forcePathStyle: true });
+say(`PostgreSQL (${postgres.source}); AWS emulator ministack pid ${aws.pid} at ${aws.endpoint}`);
 
 const results: ModeResult[] = [];
 const rng = createRng(seed);
@@ -186,6 +206,7 @@ try {
           emulatorPid: aws.pid,
           sqs,
           eventBridge,
+          s3,
           rng,
           logDir,
           say,
@@ -197,6 +218,7 @@ try {
   }
 } finally {
   live.fleet = undefined;
+  live.consumers = undefined;
   await aws.stop();
   live.emulatorPid = undefined;
 }
@@ -262,6 +284,14 @@ const report = {
     ...RELAY_SETTINGS.env,
     OUTBOX_PUBLISHED_ROWS: publishedRows,
   },
+  consumer_settings: {
+    processes: CONSUMER_SETTINGS.processes,
+    pollers_per_process: CONSUMER_SETTINGS.loops,
+    consumers: ['chaos-skip (replays: skip)', 'chaos-handle (replays: handle)'],
+    visibility_timeout_s: CONSUMER_SETTINGS.visibilityTimeoutS,
+    handler_fails_first_delivery_per_mille: traffic.consumerFailPerMille,
+  },
+  traffic: { poison_no_route_rate: traffic.poisonRate, large_payload_rate: traffic.largeRate },
   logs: path.relative(process.cwd(), logDir),
   modes: Object.fromEntries(results.map((r) => [r.mode, r])),
 };

@@ -1,5 +1,7 @@
 import type { Pool } from 'pg';
 import { redriveDeadLetters } from '../../lib/operations/redrive.js';
+import { replayEvents } from '../../lib/operations/replay.js';
+import type { ConsumerFleet } from './consumers.js';
 import type { RelayFleet } from './relays.js';
 import type { Rng } from './rng.js';
 import type { TargetProxy } from './target-proxy.js';
@@ -11,6 +13,8 @@ export const FAULT_KINDS = [
   'target_refuse',
   'target_blackhole',
   'redrive',
+  'consumer_kill',
+  'replay',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -25,8 +29,22 @@ export interface FaultTiming {
   downMs: [number, number];
 }
 
+/** One replay the suite ran: of every published event of one aggregate. */
+export interface ReplayRecord {
+  replayId: string;
+  aggregateId: string;
+  /** Replayed event ids, in seq order. */
+  ids: string[];
+  /** Wall clock before the call and after it returned (ms). */
+  startedMs: number;
+  endedMs: number;
+}
+
 export interface FaultDeps {
   fleet: RelayFleet;
+  consumers: ConsumerFleet;
+  /** Aggregates `agg-1` … `agg-<n>` that replays pick from (each is replayed at most once). */
+  aggregates: number;
   /** The emulator process (SIGSTOP / SIGCONT). */
   emulatorPid: number;
   proxy: TargetProxy;
@@ -64,6 +82,12 @@ export class FaultInjector {
   readonly counts = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
   readonly log: FaultRecord[] = [];
   readonly redriven = { runs: 0, reset: 0 };
+  readonly replays: ReplayRecord[] = [];
+  /** Replays left alone because their aggregate was busy (a relay publishing it). */
+  replaysBusy = 0;
+  /** Every event id a redrive reset (poison ones are counted by the suite). */
+  readonly redrivenIds: string[] = [];
+  private readonly replayed = new Set<string>();
   private readonly running = new Set<Promise<void>>();
   private paused = false;
   private outage = false;
@@ -151,7 +175,44 @@ export class FaultInjector {
         });
         this.redriven.runs++;
         this.redriven.reset += result.reset;
+        this.redrivenIds.push(...result.ids);
         this.note(kind, `${result.reset} dead letters redriven`);
+        return;
+      }
+      case 'consumer_kill': {
+        const { consumers } = this.deps;
+        const index = rng.int(1, consumers.size);
+        const delayMs = rng.int(0, 40);
+        const downMs = rng.int(...timing.downMs);
+        if (!(await consumers.killMidBatch(index, delayMs))) return;
+        this.note(kind, `consumer-${index} SIGKILL mid-batch (+${delayMs} ms), restarted after ${downMs} ms`);
+        this.background(sleep(downMs, this.stopped.signal).then(() => consumers.restart(index)));
+        return;
+      }
+      case 'replay': {
+        // Every published event of a few aggregates, each aggregate once per run.
+        const done: string[] = [];
+        for (let tries = 0; tries < 6 && done.length < 3; tries++) {
+          const aggregateId = `agg-${rng.int(1, this.deps.aggregates)}`;
+          if (this.replayed.has(aggregateId)) continue;
+          const startedMs = Date.now();
+          const result = await replayEvents(pool, {
+            aggregateType: 'order',
+            aggregateId,
+            limit: 10_000,
+            requestedBy: 'chaos-suite',
+          });
+          const endedMs = Date.now();
+          if (result.busy > 0) {
+            this.replaysBusy++;
+            continue;
+          }
+          this.replayed.add(aggregateId);
+          if (!result.replayId || result.replayed === 0) continue;
+          this.replays.push({ replayId: result.replayId, aggregateId, ids: result.ids, startedMs, endedMs });
+          done.push(`${aggregateId} (${result.replayed})`);
+        }
+        this.note(kind, `replayed ${done.length ? done.join(', ') : 'nothing'}`);
         return;
       }
     }
@@ -162,7 +223,7 @@ export class FaultInjector {
     this.stopped.abort();
     await Promise.all([...this.running]);
     this.resumeNow();
-    await this.deps.fleet.restartAll();
+    await Promise.all([this.deps.fleet.restartAll(), this.deps.consumers.restartAll()]);
   }
 
   /** Synchronous part of {@link stop}, also used on exit. */

@@ -4,6 +4,7 @@ import { withTransaction } from '../../lib/db/transaction.js';
 import { TransactionRolledBackError } from '../../lib/errors.js';
 import { enqueueEvents } from '../../lib/outbox/enqueue.js';
 import type { NewOutboxEvent } from '../../lib/outbox/types.js';
+import { CRASH_MARKER } from './poison-crash.js';
 import type { Rng } from './rng.js';
 
 /** What the producer knows about an event it wrote. */
@@ -14,7 +15,19 @@ export interface ProducedEvent {
   eventType: string;
   /** Written by one half of an interleaved pair (see {@link Producer}). */
   interleaved: boolean;
+  /** Bytes of a large payload (written with `largePayloads: true`); absent for the usual few hundred. */
+  largeBytes?: number;
 }
+
+/**
+ * Poison events: `no_route`, an event type no route matches (the relay
+ * dead-letters it at once, as NoRoute); `crash`, a routed event whose
+ * payload makes the chaos relay process kill itself while publishing its
+ * batch (poison-crash.ts). Each is alone on an aggregate of its own, so
+ * that in ordered mode its dead letter holds back nothing but itself.
+ */
+export type PoisonKind = 'no_route' | 'crash';
+export const POISON_EVENT_TYPE = 'chaos.unroutable';
 
 /** Event types the suite writes; `order.shipped` also goes to the EventBridge bus. */
 export const EVENT_TYPES = ['order.created', 'order.paid', 'order.shipped', 'order.noted'] as const;
@@ -43,6 +56,13 @@ export interface ProducerOptions {
    * gives up after 1 s (lock_timeout) and rolls back.
    */
   interleaveRate: number;
+  /** Share of transactions that write one `no_route` poison event instead. */
+  poisonRate?: number;
+  /** Fractions of `events` at which one `crash` poison event is written (e.g. [0.05, 0.5]). */
+  crashAt?: number[];
+  /** Share of events with a large payload, of `largeBytes` bytes (drawn uniformly). */
+  largeRate?: number;
+  largeBytes?: [number, number];
 }
 
 /** The producer's own ledger table: the business row of each transaction. */
@@ -72,6 +92,10 @@ export class Producer {
   readonly uncertain = new Map<string, ProducedEvent>();
   /** The transaction (its chaos_ledger row) of each uncertain event. */
   readonly uncertainTx = new Map<string, string>();
+  /** Poison events that committed (or whose outcome is uncertain: settled like the others). */
+  readonly poison = new Map<string, PoisonKind>();
+  /** Poison events whose commit's outcome is unknown. */
+  readonly poisonUncertain = new Map<string, PoisonKind>();
   readonly counts = {
     transactions: 0,
     committed_transactions: 0,
@@ -83,6 +107,10 @@ export class Producer {
     /** A swallowed failing statement that withTransaction reported as committed (a library bug). */
     swallowed_reported_committed: 0,
     errors: 0,
+    poison_no_route: 0,
+    poison_crash: 0,
+    large_payloads: 0,
+    large_payload_bytes: 0,
   };
   readonly errorSamples: string[] = [];
   /** Why the second writer of an interleaved pair gave up (expected: a lock timeout). */
@@ -95,20 +123,74 @@ export class Producer {
   async run(signal: AbortSignal): Promise<void> {
     const started = Date.now();
     const perMs = this.options.events / this.options.durationMs;
+    const crashAt = [...(this.options.crashAt ?? [])].sort((a, b) => a - b);
     const worker = async (index: number) => {
       const rng = this.options.rng.fork(`producer-${index}`);
       while (!signal.aborted && this.committed.size < this.options.events) {
+        if (crashAt.length > 0 && this.committed.size >= (crashAt[0] as number) * this.options.events) {
+          crashAt.shift();
+          // In one transaction with events of a busy aggregate, so that the
+          // relay claims it in a batch with neighbours.
+          const aggregateId = `agg-${rng.int(1, this.options.aggregates)}`;
+          await this.inTurn(aggregateId, () =>
+            this.transaction(rng, aggregateId, this.poisonEvent('crash')),
+          ).catch((error) => this.noteError(error));
+          continue;
+        }
+        if (rng.chance(this.options.poisonRate ?? 0)) {
+          await this.poisonTransaction('no_route').catch((error) => this.noteError(error));
+          continue;
+        }
         const due = started + this.committed.size / perMs;
         if (due > Date.now()) await sleep(Math.min(due - Date.now(), 250));
         if (due > Date.now() + 5) continue;
         const aggregateId = `agg-${rng.int(1, this.options.aggregates)}`;
-        await this.inTurn(aggregateId, () => this.transaction(rng, aggregateId)).catch((error) => {
-          this.counts.errors++;
-          if (this.errorSamples.length < 5) this.errorSamples.push(String(error));
-        });
+        await this.inTurn(aggregateId, () => this.transaction(rng, aggregateId)).catch((error) =>
+          this.noteError(error),
+        );
       }
     };
     await Promise.all(Array.from({ length: this.options.concurrency }, (_, i) => worker(i)));
+  }
+
+  private noteError(error: unknown) {
+    this.counts.errors++;
+    if (this.errorSamples.length < 5) this.errorSamples.push(String(error));
+  }
+
+  /** A poison event on an aggregate of its own. */
+  private poisonEvent(kind: PoisonKind): NewOutboxEvent & { id: string; poison: PoisonKind } {
+    const id = randomUUID();
+    const aggregateId = `poison-${kind}-${id.slice(0, 8)}`;
+    const event: NewOutboxEvent & { id: string } =
+      kind === 'no_route'
+        ? { id, aggregateType: 'order', aggregateId, eventType: POISON_EVENT_TYPE, payload: { poison: kind } }
+        : {
+            id,
+            aggregateType: 'order',
+            aggregateId,
+            eventType: 'order.noted',
+            payload: { [CRASH_MARKER]: true },
+            headers: { 'x-chaos-n': '1' },
+          };
+    return { ...event, poison: kind };
+  }
+
+  /** One poison event, alone in its transaction. */
+  private async poisonTransaction(kind: PoisonKind): Promise<void> {
+    const { poison: _, ...event } = this.poisonEvent(kind);
+    try {
+      await withTransaction(this.options.pool, (client) => enqueueEvents(client, [event]));
+    } catch (error) {
+      this.poisonUncertain.set(event.id, kind);
+      throw error;
+    }
+    this.notePoison(event.id, kind);
+  }
+
+  private notePoison(id: string, kind: PoisonKind) {
+    this.poison.set(id, kind);
+    this.counts[kind === 'crash' ? 'poison_crash' : 'poison_no_route']++;
   }
 
   /** Runs `fn` once no other writer of the aggregate in this process is running. */
@@ -134,29 +216,44 @@ export class Producer {
         eventType: rng.pick(EVENT_TYPES),
         interleaved,
       };
+      const large = rng.chance(this.options.largeRate ?? 0);
+      if (large) meta.largeBytes = rng.int(...(this.options.largeBytes ?? [300 * 1024, 2 * 1024 * 1024]));
       const event: NewOutboxEvent & { id: string } = {
         id: randomUUID(),
         aggregateType: 'order',
         aggregateId,
         eventType: meta.eventType,
-        payload: { aggregateId, n: meta.n, interleaved, note: 'x'.repeat(rng.int(0, 400)) },
+        payload: meta.largeBytes
+          ? { aggregateId, n: meta.n, interleaved, size: meta.largeBytes, blob: 'x'.repeat(meta.largeBytes) }
+          : { aggregateId, n: meta.n, interleaved, note: 'x'.repeat(rng.int(0, 400)) },
         headers: { 'x-chaos-n': String(meta.n) },
       };
       return { meta, event };
     });
   }
 
-  private async transaction(rng: Rng, aggregateId: string): Promise<void> {
+  /** `poison`: written in the middle of the transaction's events, which then commits. */
+  private async transaction(
+    rng: Rng,
+    aggregateId: string,
+    poison?: NewOutboxEvent & { id: string; poison: PoisonKind },
+  ): Promise<void> {
     const roll = rng.next();
     const { throwRate, swallowRate, interleaveRate } = this.options;
-    if (roll < interleaveRate) return this.interleavedPair(rng, aggregateId);
-    const kind =
-      roll < interleaveRate + throwRate
+    if (!poison && roll < interleaveRate) return this.interleavedPair(rng, aggregateId);
+    const kind = poison
+      ? 'commit'
+      : roll < interleaveRate + throwRate
         ? 'throw'
         : roll < interleaveRate + throwRate + swallowRate
           ? 'swallow'
           : 'commit';
-    const planned = this.plan(rng, aggregateId, rng.int(1, 5));
+    const planned = this.plan(rng, aggregateId, poison ? 6 : rng.int(1, 5));
+    const events: NewOutboxEvent[] = planned.map((p) => p.event);
+    if (poison) {
+      const { poison: _, ...event } = poison;
+      events.splice(3, 0, event);
+    }
     const txId = randomUUID();
     this.counts.transactions++;
     try {
@@ -166,10 +263,7 @@ export class Producer {
           aggregateId,
           planned.length,
         ]);
-        await enqueueEvents(
-          client,
-          planned.map((p) => p.event),
-        );
+        await enqueueEvents(client, events, largeOptions(planned));
         if (kind === 'throw') throw new InjectedRollback('rolled back on purpose');
         if (kind === 'swallow') {
           // The same business row again: a unique violation, caught and ignored.
@@ -194,6 +288,7 @@ export class Producer {
         return;
       }
       // Outcome unknown (e.g. the connection failed at COMMIT): the tables decide later.
+      if (poison) this.poisonUncertain.set(poison.id, poison.poison);
       for (const p of planned) {
         this.uncertain.set(p.event.id, p.meta);
         this.uncertainTx.set(p.event.id, txId);
@@ -207,7 +302,16 @@ export class Producer {
       return;
     }
     this.counts.committed_transactions++;
-    for (const p of planned) this.committed.set(p.event.id, p.meta);
+    for (const p of planned) this.commit(p.meta, p.event.id);
+    if (poison) this.notePoison(poison.id, poison.poison);
+  }
+
+  private commit(meta: ProducedEvent, id: string) {
+    this.committed.set(id, meta);
+    if (meta.largeBytes) {
+      this.counts.large_payloads++;
+      this.counts.large_payload_bytes += meta.largeBytes;
+    }
   }
 
   private async interleavedPair(rng: Rng, aggregateId: string): Promise<void> {
@@ -227,6 +331,7 @@ export class Producer {
         await enqueueEvents(
           c1,
           first.map((p) => p.event),
+          largeOptions(first),
         );
         try {
           await withTransaction(this.options.pool, async (c2) => {
@@ -234,10 +339,11 @@ export class Producer {
             await enqueueEvents(
               c2,
               second.map((p) => p.event),
+              largeOptions(second),
             );
           });
           this.counts.committed_transactions++;
-          for (const p of second) this.committed.set(p.event.id, p.meta);
+          for (const p of second) this.commit(p.meta, p.event.id);
         } catch (error) {
           this.counts.interleave_blocked++;
           if (this.blockedSamples.length < 3) this.blockedSamples.push(String(error));
@@ -252,8 +358,12 @@ export class Producer {
       throw error;
     }
     this.counts.committed_transactions++;
-    for (const p of first) this.committed.set(p.event.id, p.meta);
+    for (const p of first) this.commit(p.meta, p.event.id);
   }
 }
+
+/** A transaction with a large payload is written with `largePayloads: true` (the relay stores it in S3). */
+const largeOptions = (planned: ReadonlyArray<{ meta: ProducedEvent }>) =>
+  planned.some((p) => p.meta.largeBytes) ? { largePayloads: true } : {};
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -11,6 +11,10 @@ export interface Received {
   /** Per-aggregate commit counter from the payload. */
   n: number;
   aggregateId: string;
+  /** Set on a replay's message. */
+  replayId?: string | undefined;
+  /** The SQS message id, when known: a redelivery of one message has the same. */
+  messageId?: string | undefined;
 }
 
 /** Pulls the event out of an SQS body or an EventBridge event delivered through SQS. */
@@ -18,10 +22,12 @@ export function parseBody(body: string): Received | undefined {
   try {
     const parsed = JSON.parse(body);
     const envelope = parsed?.detail && parsed['detail-type'] ? parsed.detail : parsed;
+    // The counter is also a header: a large payload travels in S3, not in the message.
     return {
       eventId: String(envelope.id),
-      n: Number(envelope.payload?.n),
+      n: Number(envelope.headers?.['x-chaos-n'] ?? envelope.payload?.n),
       aggregateId: String(envelope.aggregateId),
+      replayId: typeof envelope.replayId === 'string' ? envelope.replayId : undefined,
     };
   } catch {
     return undefined;

@@ -11,10 +11,14 @@
  *
  * Env: the relay's (DATABASE_URL, OUTBOX_*, AWS_*), plus CHAOS_BUDGET_MS
  * (invocation timeout) and CHAOS_BROKEN=1 (report events published without
- * sending them).
+ * sending them). A batch holding an event marked `chaosCrash` in its payload
+ * kills the process (poison-crash.ts), the crash the relay must survive with
+ * only that event dead-lettered.
  */
 import type { Context } from 'aws-lambda';
+import type { Publisher } from '../../lib/publish/types.js';
 import { reportWithoutSending } from './broken-publisher.js';
+import { crashOnPoison } from './poison-crash.js';
 import { type RelayReport, TIMEOUT_EXIT_CODE } from './relay-protocol.js';
 
 const budgetMs = Number(process.env.CHAOS_BUDGET_MS ?? 20_000);
@@ -22,7 +26,18 @@ const broken = process.env.CHAOS_BROKEN === '1';
 const send = (report: RelayReport) => process.send?.(report);
 
 const { createRelayHandler } = await import('../../functions/relay.js');
-const handler = createRelayHandler(broken ? { wrapPublisher: reportWithoutSending } : {});
+const reportCrash = (poisonId: string, neighbours: string[]) =>
+  new Promise<void>((resolve) => {
+    process.stderr.write(
+      `chaos: poison row ${poisonId} kills this relay (batch of ${neighbours.length + 1})\n`,
+    );
+    if (!process.send) return resolve();
+    process.send({ type: 'poison-crash', poisonId, neighbours } satisfies RelayReport, () => resolve());
+  });
+const handler = createRelayHandler({
+  wrapPublisher: (publisher: Publisher) =>
+    crashOnPoison(broken ? reportWithoutSending(publisher) : publisher, reportCrash),
+});
 
 let stopping = false;
 process.on('SIGTERM', () => {

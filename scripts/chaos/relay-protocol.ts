@@ -10,6 +10,8 @@ export type RelayReport =
       leaseLost: number;
     }
   | { type: 'error'; ms: number; error: string }
+  /** The process is about to kill itself on a poison row (chaos machinery, poison-crash.ts). */
+  | { type: 'poison-crash'; poisonId: string; neighbours: string[] }
   | { type: 'ready' };
 
 /** Exit code of a relay process whose invocation outlived its budget (as `timeout(1)`). */

@@ -15,8 +15,10 @@ export interface FleetStats {
   invocations_over_budget: number;
   /** Longest invocation that returned (ms); over the budget only if it was not stopped. */
   longest_invocation_ms: number;
-  /** Processes that died on their own (uncaught exception, ...), not by the suite or a timeout. */
+  /** Processes that died on their own (uncaught exception, ...), not by the suite, a timeout or a poison row. */
   crashes: number;
+  /** Processes that killed themselves on a poison row (chaos machinery, poison-crash.ts). */
+  poison_crashes: number;
   /** Processes the suite SIGKILLed. */
   killed: number;
   claimed: number;
@@ -32,6 +34,8 @@ interface Slot {
   index: number;
   child?: ChildProcess;
   expectKill: boolean;
+  /** The process said it is killing itself on a poison row. */
+  poisonCrash: boolean;
   stderrTail: string;
 }
 
@@ -57,6 +61,7 @@ export class RelayFleet {
     invocations_over_budget: 0,
     longest_invocation_ms: 0,
     crashes: 0,
+    poison_crashes: 0,
     killed: 0,
     claimed: 0,
     published: 0,
@@ -66,6 +71,8 @@ export class RelayFleet {
   };
   /** Evidence: first lines of what went wrong (errors, crashes). */
   readonly samples: { errors: string[]; crashes: string[] } = { errors: [], crashes: [] };
+  /** Each crash on a poison row: the row and the other rows of its batch. */
+  readonly poisonCrashes: Array<{ poisonId: string; neighbours: string[] }> = [];
   private readonly slots: Slot[];
   private stopping = false;
 
@@ -74,6 +81,7 @@ export class RelayFleet {
     this.slots = Array.from({ length: options.count }, (_, i) => ({
       index: i + 1,
       expectKill: false,
+      poisonCrash: false,
       stderrTail: '',
     }));
   }
@@ -111,6 +119,7 @@ export class RelayFleet {
     fs.closeSync(log);
     slot.child = child;
     slot.expectKill = false;
+    slot.poisonCrash = false;
     slot.stderrTail = '';
     child.stderr?.on('data', (chunk: Buffer) => {
       fs.appendFileSync(this.logFile(slot), chunk);
@@ -119,7 +128,10 @@ export class RelayFleet {
     const ready = new Promise<void>((resolve) => {
       child.on('message', (report: RelayReport) => {
         if (report.type === 'ready') resolve();
-        else this.record(report);
+        else if (report.type === 'poison-crash') {
+          slot.poisonCrash = true;
+          this.poisonCrashes.push({ poisonId: report.poisonId, neighbours: report.neighbours });
+        } else this.record(report);
       });
       child.once('exit', () => resolve());
     });
@@ -150,6 +162,14 @@ export class RelayFleet {
     if (slot.expectKill) {
       this.stats.killed++;
       return; // the fault injector restarts it after its pause
+    }
+    if (slot.poisonCrash) {
+      this.stats.poison_crashes++;
+      // Lambda starts a fresh sandbox for the next invocation.
+      setTimeout(() => {
+        if (!this.stopping) void this.spawn(slot);
+      }, 500);
+      return;
     }
     if (code === TIMEOUT_EXIT_CODE) {
       this.stats.invocations++;

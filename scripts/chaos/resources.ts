@@ -4,6 +4,7 @@ import {
   PutRuleCommand,
   PutTargetsCommand,
 } from '@aws-sdk/client-eventbridge';
+import { CreateBucketCommand, type S3Client } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { RouteConfig } from '../../lib/publish/routes.js';
 import { BUS_EVENT_TYPE } from './producer.js';
@@ -15,6 +16,8 @@ export interface ChaosTargets {
   busName: string;
   /** Where the bus's rule delivers `order.shipped` events. */
   busQueueUrl: string;
+  /** The relay's large-payload bucket (OUTBOX_LARGE_PAYLOAD_BUCKET), read by the consumer. */
+  bucket: string;
   routes: RouteConfig[];
 }
 
@@ -32,14 +35,19 @@ async function queue(sqs: SQSClient, name: string, attributes: Record<string, st
  * a standard or FIFO queue (`DeduplicationScope: messageGroup`, dedupe by
  * event id) and a bus whose rule feeds a queue. `order.shipped` goes to the
  * queue and the bus, everything else to the queue only, so an outage of the
- * bus leaves the other events free to flow.
+ * bus leaves the other events free to flow. No route matches the poison
+ * type (`chaos.unroutable`): those events are dead-lettered as NoRoute. A
+ * bucket takes the payloads too large for a message (the claim check).
  */
 export async function createChaosTargets(
   sqs: SQSClient,
   eventBridge: EventBridgeClient,
+  s3: S3Client,
   runId: string,
   fifo: boolean,
 ): Promise<ChaosTargets> {
+  const bucket = `chaos-${runId}-payloads`;
+  await s3.send(new CreateBucketCommand({ Bucket: bucket }));
   const main = fifo
     ? await queue(sqs, `chaos-${runId}-events.fifo`, {
         FifoQueue: 'true',
@@ -70,6 +78,7 @@ export async function createChaosTargets(
     queueUrl: main.url,
     busName,
     busQueueUrl: busQueue.url,
+    bucket,
     routes: [
       { match: BUS_EVENT_TYPE, targets: [queueTarget, { type: 'eventbridge', busName }] },
       { match: 'order.*', targets: [queueTarget] },
