@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ConfigError } from '../errors.js';
 import type { CircuitBreakerOptions } from '../publish/circuit-breaker.js';
 import { type RouteConfig, routesSchema } from '../publish/routes.js';
-import type { RelayOptions } from '../relay/options.js';
+import { RELAY_DEFAULTS, type RelayOptions } from '../relay/options.js';
 import { boolVar, type Env, intVar, jsonVar, numberVar, readVar, schemaVar } from './env.js';
 
 export interface RelayConfig {
@@ -40,6 +40,8 @@ export interface RelayConfig {
  * - `OUTBOX_SCHEMA`: the schema of the outbox tables (unset: unqualified names, via `search_path`)
  * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
  *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
+ * - `OUTBOX_CLAIM_MAX_BYTES` (payload bytes per claim; default derived from the function's
+ *   memory, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: see {@link claimBytesForMemory})
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
  *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
  */
@@ -78,6 +80,9 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     ),
     schema: schemaVar(env),
   };
+  relay.maxClaimBytes =
+    readVar(env, 'OUTBOX_CLAIM_MAX_BYTES', intVar(65_536, 2 ** 31 - 1)) ??
+    claimBytesForMemory(readVar(env, 'AWS_LAMBDA_FUNCTION_MEMORY_SIZE', intVar(128, 10_240)), relay.workers);
   if (ordering === 'aggregate') {
     const standard = routes
       .flatMap((r) => r.targets)
@@ -102,6 +107,25 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     },
     largePayloads: largePayloadVars(env),
   };
+}
+
+const MIB = 1024 * 1024;
+
+/**
+ * The claim's byte budget for a function of `memoryMb` running `workers`
+ * loops: what is left after the runtime (128 MB), shared by the workers, each
+ * of whose claimed payloads the relay may hold about four times at once (the
+ * bytes received, the text, the S3 body or message, a spare) with room to
+ * spare: (memory - 128 MB) / (workers × 6). 512 MB and 2 workers: 32 MiB a
+ * claim. Unknown memory (outside Lambda): RELAY_DEFAULTS' 32 MiB.
+ */
+export function claimBytesForMemory(
+  memoryMb: number | undefined,
+  workers: number | undefined,
+): number | undefined {
+  if (memoryMb === undefined) return undefined;
+  const loops = workers ?? RELAY_DEFAULTS.workers;
+  return Math.max(MIB, Math.floor(((memoryMb - 128) * MIB) / (loops * 6)));
 }
 
 // S3 bucket names: 3-63 characters of lowercase letters, digits, dots and hyphens.

@@ -33,10 +33,10 @@ export interface EnqueueOptions extends ValidateOptions {
 // failure in a later chunk would leave the earlier ones committed (a caller
 // retrying the call would write them twice under new ids).
 const INSERT_EVENTS = (t: OutboxTables) => `
-  INSERT INTO ${t.events} (id, aggregate_type, aggregate_id, event_type, payload, headers)
-  SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-    AS e(id, aggregate_type, aggregate_id, event_type, payload, headers)`;
+  INSERT INTO ${t.events} (id, aggregate_type, aggregate_id, event_type, payload, headers, payload_bytes)
+  SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb, payload_bytes
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[])
+    AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, payload_bytes)`;
 
 // The same INSERT, but first locking every aggregate of the call, in one
 // statement (so it also holds for a caller that passes a pool: the statement
@@ -60,7 +60,7 @@ const INSERT_EVENTS = (t: OutboxTables) => `
 const LOCK_AND_INSERT_EVENTS = (t: OutboxTables) => `
   WITH locked AS (
     INSERT INTO ${t.aggregateLocks} AS l (aggregate_type, aggregate_id)
-    SELECT t, i FROM unnest($7::text[], $8::text[]) WITH ORDINALITY AS k(t, i, n)
+    SELECT t, i FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS k(t, i, n)
     ORDER BY n
     ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET created_at = l.created_at WHERE false
     RETURNING 1
@@ -132,7 +132,10 @@ export async function enqueueEvents(
     seen.add(event.id);
   });
   let bytes = 0;
-  for (const e of valid) bytes += Buffer.byteLength(e.payloadJson) + Buffer.byteLength(e.headersJson);
+  const payloadBytes = valid.map((e) => Buffer.byteLength(e.payloadJson));
+  valid.forEach((e, i) => {
+    bytes += (payloadBytes[i] as number) + Buffer.byteLength(e.headersJson);
+  });
   if (bytes > ENQUEUE_CALL_MAX_BYTES) {
     throw new ValidationError(
       'events',
@@ -141,13 +144,14 @@ export async function enqueueEvents(
     );
   }
   const tables = outboxTables(options.schema);
-  const values = [
+  const values: unknown[] = [
     valid.map((e) => e.id),
     valid.map((e) => e.aggregateType),
     valid.map((e) => e.aggregateId),
     valid.map((e) => e.eventType),
     valid.map((e) => e.payloadJson),
     valid.map((e) => e.headersJson),
+    payloadBytes,
   ];
   if (options.lockAggregates ?? true) {
     await client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)]);

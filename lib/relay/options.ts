@@ -6,6 +6,15 @@ import type { BackoffPolicy } from './backoff.js';
 export interface RelayOptions {
   /** Rows per claim. Default 100. */
   batchSize?: number;
+  /**
+   * Payload bytes per claim: a claim stops taking rows once those before
+   * the next one reach this (it always takes one), so a relay's memory is
+   * bounded whatever the payload sizes: a batch of 100 rows of 10 MiB would
+   * otherwise be a gigabyte before the first message is sent. The Lambda
+   * relay derives it from the function's memory (`OUTBOX_CLAIM_MAX_BYTES`
+   * overrides). Default 32 MiB.
+   */
+  maxClaimBytes?: number;
   /** Claim-publish-complete loops run side by side in one invocation. Default 2. */
   workers?: number;
   /** How long a claim owns its rows. Must exceed the time to publish one batch. Default 60 s. */
@@ -83,6 +92,7 @@ export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'backoff' | 'sche
 
 export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   batchSize: 100,
+  maxClaimBytes: 32 * 1024 * 1024,
   workers: 2,
   leaseMs: 60_000,
   maxAttempts: 20,

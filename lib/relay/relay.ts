@@ -171,6 +171,7 @@ export class Relay {
       ordered: this.options.ordering === 'aggregate',
       deadLetterPolicy: this.options.deadLetterPolicy,
       perAggregate: this.options.maxPerAggregate,
+      maxBytes: this.options.maxClaimBytes,
       schema: this.options.schema,
       ...(full ? {} : { fromSeq: String(this.seqFloor) }),
     });

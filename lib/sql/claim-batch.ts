@@ -36,6 +36,13 @@ export interface ClaimParams {
    * lease) are found by the next claim without it.
    */
   fromSeq?: string;
+  /**
+   * Most payload bytes per claim (`payload_bytes`, else the stored size):
+   * rows are taken in claim order while the bytes of those before them are
+   * under it, so a claim holds at most this plus one payload, and always at
+   * least one row. Default: no limit.
+   */
+  maxBytes?: number | undefined;
   /** The outbox tables' schema; unqualified names when absent. */
   schema?: string | undefined;
 }
@@ -197,11 +204,12 @@ chosen AS (
    LIMIT $1)
 ),
 run AS (
-  SELECT r.id, h.seq AS head_seq, r.seq, r.row_xmin, ${free('r')} AS free,
+  SELECT r.id, h.seq AS head_seq, r.seq, r.row_xmin, r.bytes, ${free('r')} AS free,
          r.attempts >= $4 AS exhausted
   FROM chosen h
   CROSS JOIN LATERAL (
-    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts, e.xmin AS row_xmin
+    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.attempts, e.xmin AS row_xmin,
+           ${BYTES('e')} AS bytes
     FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND e.aggregate_type = h.aggregate_type
@@ -225,7 +233,7 @@ run AS (
     }
 ),
 cand AS (
-  SELECT c.id, c.head_seq, c.seq, c.row_xmin,
+  SELECT c.id, c.head_seq, c.seq, c.row_xmin, c.bytes,
          row_number() OVER (PARTITION BY c.head_seq ORDER BY c.seq) AS position
   FROM (
     SELECT run.*,
@@ -249,9 +257,9 @@ locked AS (
   FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-  SELECT k.id, k.seq, k.orphan, k.position = 1 AS head
+  SELECT k.id, k.seq, k.orphan, k.position = 1 AS head, k.head_seq AS ord, k.bytes
   FROM (
-    SELECT g.id, g.seq, g.position, coalesce(g.orphan, false) AS orphan,
+    SELECT g.id, g.seq, g.head_seq, g.bytes, g.position, coalesce(g.orphan, false) AS orphan,
            count(*) FILTER (WHERE g.got) OVER (PARTITION BY g.head_seq ORDER BY g.seq) AS locked_so_far
     FROM (SELECT cand.*, cand.id IN (SELECT locked.id FROM locked) AS got,
                  cand.id IN (SELECT locked.id FROM locked WHERE locked.orphan) AS orphan
@@ -262,7 +270,7 @@ picked AS (
 
 const unorderedPicked = (t: OutboxTables, fromSeq: boolean) => `
 WITH picked AS (
-  SELECT e.id, e.seq, e.locked_by IS NOT NULL AS orphan, true AS head
+  SELECT e.id, e.seq, e.locked_by IS NOT NULL AS orphan, true AS head, e.seq AS ord, ${BYTES('e')} AS bytes
   FROM ${t.events} e
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
@@ -273,21 +281,39 @@ WITH picked AS (
   FOR UPDATE SKIP LOCKED
 )`;
 
-// The tail shared by both modes: `picked` (id, seq, orphan, head) is what the
-// claim would take; with an orphan among the heads, only the earliest one is
-// taken (see "Fault isolation" above). In the SET list, `e` is the row as it
-// was before this claim: `e.locked_by IS NOT NULL` is "orphan" and
-// `e.claimed_alone` says whether its lost lease held it alone.
-function claimSql(t: OutboxTables, picked: string): string {
+// A row's payload size for the byte budget: what the producer wrote
+// (payload_bytes), else the stored size, which reads no TOAST data.
+const BYTES = (e: string) => `coalesce(${e}.payload_bytes, pg_column_size(${e}.payload))::bigint`;
+
+// The tail shared by both modes: `picked` (id, seq, orphan, head, ord, bytes)
+// is what the claim would take, in claim order (ord, seq): seq, or in
+// ordered mode each run after the one before (head seq), so that cutting it
+// anywhere leaves whole runs and a prefix of one. `budgeted` cuts it where
+// the bytes before a row reach the budget (the first row always stays).
+// Rows locked but cut are released at commit, untouched. With an orphan
+// among the heads, only the earliest one is taken (see "Fault isolation"
+// above). In the SET list, `e` is the row as it was before this claim:
+// `e.locked_by IS NOT NULL` is "orphan" and `e.claimed_alone` says whether
+// its lost lease held it alone.
+function claimSql(t: OutboxTables, picked: string, budget: string): string {
   const spent = `e.locked_by IS NOT NULL AND e.claimed_alone AND e.attempts >= $4`;
   return `${picked},
+budgeted AS (
+  SELECT b.id, b.seq, b.orphan, b.head
+  FROM (
+    SELECT p.*,
+           coalesce(sum(p.bytes) OVER (ORDER BY p.ord, p.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+             AS bytes_before
+    FROM picked p) b
+  WHERE b.bytes_before < ${budget}::bigint
+),
 suspect AS (
-  SELECT p.id FROM picked p WHERE p.orphan AND p.head ORDER BY p.seq LIMIT 1
+  SELECT p.id FROM budgeted p WHERE p.orphan AND p.head ORDER BY p.seq LIMIT 1
 ),
 taken AS (
   SELECT s.id FROM suspect s
   UNION ALL
-  SELECT p.id FROM picked p WHERE NOT EXISTS (SELECT 1 FROM suspect)
+  SELECT p.id FROM budgeted p WHERE NOT EXISTS (SELECT 1 FROM suspect)
 ),
 size AS (SELECT count(*) AS n FROM taken)
 UPDATE ${t.events} e
@@ -310,11 +336,13 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
           e.replay_id, e.replayed_at, e.failing_since`;
 }
 
+// $5 is the ordered claim's perAggregate or the unordered claim's fromSeq;
+// the budget comes after it.
 const claimStatements = perSchema((t) => ({
-  unordered: claimSql(t, unorderedPicked(t, false)),
-  unorderedFrom: claimSql(t, unorderedPicked(t, true)),
-  block: claimSql(t, orderedPicked(t, 'block')),
-  skip: claimSql(t, orderedPicked(t, 'skip')),
+  unordered: claimSql(t, unorderedPicked(t, false), '$5'),
+  unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6'),
+  block: claimSql(t, orderedPicked(t, 'block'), '$6'),
+  skip: claimSql(t, orderedPicked(t, 'skip'), '$6'),
 }));
 
 interface Row {
@@ -346,6 +374,10 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
   const values: unknown[] = [params.limit, params.leaseMs, params.leaseId, params.maxAttempts];
   if (params.ordered) values.push(Math.max(1, Math.min(params.perAggregate ?? 1, params.limit)));
   else if (from) values.push(params.fromSeq);
+  // Absent: a budget nothing reaches (bigint's largest value).
+  values.push(
+    params.maxBytes === undefined ? '9223372036854775807' : String(Math.max(0, Math.floor(params.maxBytes))),
+  );
   const { rows } = await db.query<Row>(sql, values);
   const result: ClaimResult = { events: [], exhausted: [] };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.

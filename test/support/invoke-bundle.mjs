@@ -1,7 +1,7 @@
 // Runs one packaged Lambda bundle the way the Node.js runtime would: import
 // the .mjs file, call its `handler` export with an event and a context, print
-// `{"node": process.version, "result": ...}` as one JSON line, so the caller can
-// check which Node ran it. Usage: node invoke-bundle.mjs <bundle.mjs> <event.json> <budgetMs>
+// `{"node": process.version, "result": ..., "maxRssMb": ...}` as one JSON
+// line, so the caller can check which Node ran it and how much memory it took. Usage: node invoke-bundle.mjs <bundle.mjs> <event.json> <budgetMs>
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
@@ -17,5 +17,7 @@ const context = {
 };
 const { handler } = await import(pathToFileURL(bundle).href);
 const result = await handler(JSON.parse(readFileSync(eventFile, 'utf8')), context);
-process.stdout.write(`${JSON.stringify({ node: process.version, result })}\n`);
+// Peak resident memory of the whole process (kilobytes on Linux).
+const maxRssMb = process.resourceUsage().maxRSS / 1024;
+process.stdout.write(`${JSON.stringify({ node: process.version, result, maxRssMb })}\n`);
 process.exit(0);
