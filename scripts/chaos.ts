@@ -74,6 +74,10 @@ const opts = new Command()
     '--broken-relay',
     'a single relay that reports events published without sending them: the run must fail',
   )
+  .option(
+    '--broken-consumer',
+    "consumers whose handler writes outside the consumer's transaction: the run must fail (handled_twice)",
+  )
   .option('--published-rows <mode>', 'keep | delete: OUTBOX_PUBLISHED_ROWS of the relays', 'keep')
   .option(
     '--out <file>',
@@ -89,6 +93,7 @@ const opts = new Command()
     duration?: number;
     faults: boolean;
     brokenRelay?: boolean;
+    brokenConsumer?: boolean;
     publishedRows: string;
     out?: string;
   }>();
@@ -128,6 +133,7 @@ const modes: ModeSettings[] = [
     brokenRelay: opts.brokenRelay ? 1 : undefined,
     publishedRows,
     ...traffic,
+    brokenConsumer: opts.brokenConsumer === true,
     crashAt: short ? [0.05] : [0.05, 0.4],
   },
   {
@@ -141,6 +147,7 @@ const modes: ModeSettings[] = [
     brokenRelay: opts.brokenRelay ? 1 : undefined,
     publishedRows,
     ...traffic,
+    brokenConsumer: opts.brokenConsumer === true,
     crashAt: short ? [0.05] : [0.05, 0.4],
   },
 ].filter((m) => opts.mode === 'both' || m.mode === opts.mode);
@@ -266,6 +273,7 @@ const report = {
   short,
   faults: opts.faults,
   broken_relay: opts.brokenRelay === true,
+  broken_consumer: opts.brokenConsumer === true,
   started_at: runStarted.toISOString(),
   duration_s: Math.round((Date.now() - runStarted.getTime()) / 1000),
   git_commit: gitCommit,

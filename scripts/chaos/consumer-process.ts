@@ -20,7 +20,8 @@
  *
  * Env: DATABASE_URL, CHAOS_QUEUE_URL, CHAOS_LOOPS (parallel pollers),
  * CHAOS_VISIBILITY_S, CHAOS_FAIL_PER_MILLE, CHAOS_PROCESS (name),
- * CHAOS_BUCKET (the relay's large-payload bucket), AWS_*.
+ * CHAOS_BUCKET (the relay's large-payload bucket), CHAOS_BROKEN_CONSUMER=1
+ * (the handler writes outside the consumer's transaction), AWS_*.
  */
 import { S3Client } from '@aws-sdk/client-s3';
 import {
@@ -66,10 +67,15 @@ const s3 = new S3Client({
   forcePathStyle: true,
 });
 
-const handler: EventHandler = async (event, tx, context) => {
-  if (context.receiveCount <= 1 && failsOnFirstDelivery(event.id, failPerMille)) {
-    throw new Error('chaos: the handler fails on the first delivery of this event');
-  }
+// --broken-consumer: the handler's write does not go through the consumer's
+// transaction, so a failure after it (or a kill) leaves it committed without
+// a dedupe row, the bug handled_twice exists to catch.
+const broken = process.env.CHAOS_BROKEN_CONSUMER === '1';
+
+const handler: EventHandler = async (event, realTx, context) => {
+  const tx = broken ? pool : realTx;
+  const failFirst = context.receiveCount <= 1 && failsOnFirstDelivery(event.id, failPerMille);
+  if (failFirst && !broken) throw new Error('chaos: the handler fails on the first delivery of this event');
   const payload = event.payload as { n?: unknown; size?: unknown; blob?: unknown };
   const n = Number(event.headers['x-chaos-n']);
   // What reached the handler is what was committed: the counter, and for a
@@ -96,6 +102,7 @@ const handler: EventHandler = async (event, tx, context) => {
       processName,
     ],
   );
+  if (failFirst) throw new Error('chaos: the handler fails on the first delivery of this event');
 };
 const handlers = Object.fromEntries(EVENT_TYPES.map((t) => [t, handler]));
 const largePayloads = process.env.CHAOS_BUCKET ? { bucket: process.env.CHAOS_BUCKET, s3 } : undefined;

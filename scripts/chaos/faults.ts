@@ -43,8 +43,6 @@ export interface ReplayRecord {
 export interface FaultDeps {
   fleet: RelayFleet;
   consumers: ConsumerFleet;
-  /** Aggregates `agg-1` … `agg-<n>` that replays pick from (each is replayed at most once). */
-  aggregates: number;
   /** The emulator process (SIGSTOP / SIGCONT). */
   emulatorPid: number;
   proxy: TargetProxy;
@@ -190,11 +188,18 @@ export class FaultInjector {
         return;
       }
       case 'replay': {
-        // Every published event of a few aggregates, each aggregate once per run.
+        // Every published event of a few aggregates, each aggregate once per run (so that
+        // the order check knows which replay each handling belongs to).
+        // Among the aggregates with the most published events (a replay of one event proves little).
+        const { rows } = await pool.query<{ aggregate_id: string }>(
+          `SELECT aggregate_id FROM outbox_events
+           WHERE processed_at IS NOT NULL AND aggregate_id LIKE 'agg-%'
+           GROUP BY aggregate_id ORDER BY count(*) DESC, aggregate_id LIMIT 40`,
+        );
+        const candidates = rows.map((r) => r.aggregate_id).filter((a) => !this.replayed.has(a));
         const done: string[] = [];
-        for (let tries = 0; tries < 6 && done.length < 3; tries++) {
-          const aggregateId = `agg-${rng.int(1, this.deps.aggregates)}`;
-          if (this.replayed.has(aggregateId)) continue;
+        for (let tries = 0; tries < 6 && done.length < 3 && candidates.length > 0; tries++) {
+          const aggregateId = candidates.splice(rng.int(0, candidates.length - 1), 1)[0] as string;
           const startedMs = Date.now();
           const result = await replayEvents(pool, {
             aggregateType: 'order',

@@ -54,6 +54,8 @@ export interface ModeSettings {
   largeRate: number;
   /** Events (per mille, by id) whose consumer handler throws on the first delivery of a message. */
   consumerFailPerMille: number;
+  /** The handler writes its row outside the consumer's transaction: the run must fail (handled_twice). */
+  brokenConsumer?: boolean;
 }
 
 /** The consumer processes: how many, parallel pollers in each, the chaos queue's visibility timeout. */
@@ -275,6 +277,7 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
       CHAOS_VISIBILITY_S: String(CONSUMER_SETTINGS.visibilityTimeoutS),
       CHAOS_FAIL_PER_MILLE: String(settings.consumerFailPerMille),
       CHAOS_BUCKET: targets.bucket,
+      CHAOS_BROKEN_CONSUMER: settings.brokenConsumer ? '1' : '0',
     },
   });
   const faults = new FaultInjector({
@@ -282,7 +285,6 @@ export async function runMode(ctx: ScenarioContext, settings: ModeSettings): Pro
     emulatorPid: ctx.emulatorPid,
     proxy,
     consumers,
-    aggregates: settings.aggregates,
     pool: suitePool,
     rng: rng.fork('faults'),
     timing: settings.timing,
