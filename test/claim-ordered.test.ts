@@ -135,6 +135,38 @@ describe('ordered claim', () => {
     );
   });
 
+  it.each([false, true])(
+    '100,000 held aggregates (heads backing off, analyzed: %s): an empty claim costs what there is to claim, and new aggregates behind them are found',
+    async (analyzed) => {
+      await fill(100_000, 100_000, 'held-');
+      // Every head waits for a target that is down.
+      await db.pool.query(`UPDATE outbox_events SET retry_after = now() + interval '1 hour', attempts = 1`);
+      if (analyzed) await db.pool.query('ANALYZE outbox_events');
+      else expect(await neverAnalyzed()).toBe(true);
+      const empty = await claimWithPlan(params());
+      expect(empty.result.events).toEqual([]);
+      // Before: one probe per held aggregate (100,000 and more rows touched, 1.2 s).
+      expect(empty.touched).toBeLessThan(2_000);
+
+      await fill(30, 30, 'new-');
+      const found = await claimWithPlan(params());
+      expect(found.result.events.map((e) => e.aggregateId).sort()).toEqual(
+        Array.from({ length: 30 }, (_, i) => `new-${i}`).sort(),
+      );
+      expect(found.touched).toBeLessThan(5_000);
+      // A held head whose wait is over is claimable again, through the due part.
+      await db.pool.query(
+        `UPDATE outbox_events SET retry_after = now() - interval '1 second' WHERE aggregate_id IN ('held-7', 'held-99999')`,
+      );
+      const due = await claimWithPlan(params());
+      expect(due.result.events.map((e) => e.aggregateId).sort()).toEqual(
+        ['held-7', 'held-99999', ...Array.from({ length: 30 }, (_, i) => `new-${i}`)].sort(),
+      );
+      expect(due.touched).toBeLessThan(5_000);
+    },
+    60_000,
+  );
+
   it('heads found in the first rows and heads found only past a blocked tail are claimed oldest first', async () => {
     await fill(10, 10, 'early-'); // g 0..9: ten heads at the front
     await fill(1_000, 1, 'blocked-'); // then a blocked aggregate's 1,000 rows

@@ -91,8 +91,20 @@ export interface ClaimResult {
 //   The heads found there are the oldest heads there are; if at least `limit`
 //   of them are claimable, they are the answer and nothing else runs.
 //   Bounded: 2 × limit rows whatever the backlog.
-// - `heads`, when the walk found too few (a blocked aggregate's tail fills the
-//   front of the queue): a recursive skip scan over
+// - `free_heads`, the second look, when the walk found too few: the rows a
+//   claim could take at all, i.e. not leased and either not backing off
+//   (outbox_events_ready, seq order) or due (outbox_events_retry_due, the
+//   due part only), 2 × limit of each. A held head (leased, or backing off
+//   while its target is down) is in neither, so when most aggregates are
+//   held this costs what there is to claim, not what is held. These rows
+//   are not a prefix of the unfinished rows, so each aggregate's earliest
+//   one here is checked to be its head by one probe of
+//   outbox_events_aggregate_heads. When neither part was full, every
+//   claimable row was seen: what it found is the answer even if it is less
+//   than `limit` (an empty claim with 100,000 held aggregates stays cheap).
+// - `heads`, only when the second look was full and still found too few (a
+//   blocked aggregate's tail, or held heads' tails, fill the front): a
+//   recursive skip scan over
 //   outbox_events_aggregate_heads, one `ORDER BY type, id, seq LIMIT 1` probe
 //   per aggregate with unfinished events, however many rows each has (an
 //   aggregate with a million queued rows costs one probe). It runs only
@@ -191,14 +203,57 @@ heads AS (
     ORDER BY e.aggregate_type, e.aggregate_id, e.seq
     LIMIT 1) next
 ),
+ready AS (
+  SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after, e.xmin AS row_xmin
+  FROM ${t.events} e
+  WHERE e.retry_after IS NULL AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+    AND (e.locked_until IS NULL OR e.locked_until < now())
+  ORDER BY e.seq
+  LIMIT $1 * 2
+),
+due AS (
+  SELECT e.aggregate_type, e.aggregate_id, e.seq, e.id, e.locked_until, e.retry_after, e.xmin AS row_xmin
+  FROM ${t.events} e
+  WHERE e.retry_after <= now() AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+    AND (e.locked_until IS NULL OR e.locked_until < now())
+  ORDER BY e.retry_after
+  LIMIT $1 * 2
+),
+free_heads AS (
+  SELECT f.*
+  FROM (
+    SELECT DISTINCT ON (x.aggregate_type, x.aggregate_id) x.*
+    FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) x
+    ORDER BY x.aggregate_type, x.aggregate_id, x.seq) f
+  WHERE NOT EXISTS (
+      SELECT 1 FROM ${t.events} b
+      WHERE num_nulls(b.processed_at, b.dead_lettered_at) = 2
+        AND b.aggregate_type = f.aggregate_type
+        AND b.aggregate_id = f.aggregate_id
+        AND b.seq < f.seq)
+    AND ${claimable('f')}
+),
+look AS (
+  SELECT CASE
+    WHEN (SELECT count(*) FROM walk_heads) >= $1 THEN 'walk'
+    WHEN (SELECT count(*) FROM free_heads) >= $1
+      OR ((SELECT count(*) FROM ready) < $1 * 2 AND (SELECT count(*) FROM due) < $1 * 2) THEN 'free'
+    ELSE 'all'
+  END AS way
+),
 chosen AS (
   (SELECT w.aggregate_type, w.aggregate_id, w.seq FROM walk_heads w
-   WHERE (SELECT count(*) FROM walk_heads) >= $1
+   WHERE (SELECT way FROM look) = 'walk'
    ORDER BY w.seq
    LIMIT $1)
   UNION ALL
+  (SELECT f.aggregate_type, f.aggregate_id, f.seq FROM free_heads f
+   WHERE (SELECT way FROM look) = 'free'
+   ORDER BY f.seq
+   LIMIT $1)
+  UNION ALL
   (SELECT h.aggregate_type, h.aggregate_id, h.seq FROM heads h
-   WHERE (SELECT count(*) FROM walk_heads) < $1
+   WHERE (SELECT way FROM look) = 'all'
      AND ${claimable('h')}
    ORDER BY h.seq
    LIMIT $1)
