@@ -89,8 +89,9 @@ export interface ClaimResult {
 //   unfinished rows in seq order, so the first walked row of an aggregate is
 //   its head (its earliest unfinished row): DISTINCT ON, no probe per row.
 //   The heads found there are the oldest heads there are; if at least `limit`
-//   of them are claimable, they are the answer and nothing else runs.
-//   Bounded: 2 × limit rows whatever the backlog.
+//   of them are claimable, or the walk saw every unfinished row (fewer than
+//   2 × limit), they are the answer and nothing else runs. Bounded: 2 × limit
+//   rows whatever the backlog.
 // - `free_heads`, the second look, when the walk found too few: the rows a
 //   claim could take at all, i.e. not leased and either not backing off
 //   (outbox_events_ready, seq order) or due (outbox_events_retry_due, the
@@ -102,6 +103,10 @@ export interface ClaimResult {
 //   outbox_events_aggregate_heads. When neither part was full, every
 //   claimable row was seen: what it found is the answer even if it is less
 //   than `limit` (an empty claim with 100,000 held aggregates stays cheap).
+//   It runs only when the walk met many held aggregates (at least a quarter
+//   of `limit` whose heads are not claimable): when the walk is one blocked
+//   aggregate's tail, the second look would see that same tail, so the
+//   claim goes to `heads` at once.
 // - `heads`, only when the second look was full and still found too few (a
 //   blocked aggregate's tail, or held heads' tails, fill the front): a
 //   recursive skip scan over
@@ -235,7 +240,9 @@ free_heads AS (
 ),
 look AS (
   SELECT CASE
-    WHEN (SELECT count(*) FROM walk_heads) >= $1 THEN 'walk'
+    WHEN (SELECT count(*) FROM walk_heads) >= $1 OR (SELECT count(*) FROM walk) < $1 * 2 THEN 'walk'
+    WHEN (SELECT count(*) FROM (SELECT DISTINCT w.aggregate_type, w.aggregate_id FROM walk w) d)
+         - (SELECT count(*) FROM walk_heads) < greatest(1, $1 / 4) THEN 'all'
     WHEN (SELECT count(*) FROM free_heads) >= $1
       OR ((SELECT count(*) FROM ready) < $1 * 2 AND (SELECT count(*) FROM due) < $1 * 2) THEN 'free'
     ELSE 'all'
