@@ -295,7 +295,7 @@ const report = {
   consumer_settings: {
     processes: CONSUMER_SETTINGS.processes,
     pollers_per_process: CONSUMER_SETTINGS.loops,
-    consumers: ['chaos-skip (replays: skip)', 'chaos-handle (replays: handle)'],
+    consumers: { 'chaos-skip': 'replays: skip', 'chaos-handle': 'replays: handle' },
     visibility_timeout_s: CONSUMER_SETTINGS.visibilityTimeoutS,
     handler_fails_first_delivery_per_mille: traffic.consumerFailPerMille,
   },
