@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError, ValidationError } from '../errors.js';
 import { oneLine } from '../operations/text-table.js';
+import { contractsCommand } from './commands/contracts.js';
 import { deadLettersCommand } from './commands/dead-letters.js';
 import { migrateCommand } from './commands/migrate.js';
 import { discardCommand, redriveCommand } from './commands/redrive.js';
@@ -28,6 +29,7 @@ export const COMMANDS: ReadonlyArray<(cli: Command) => void> = [
   replaysCommand,
   sqlCommand,
   migrateCommand,
+  contractsCommand,
 ];
 
 const EXIT_FAILURE = 1;
