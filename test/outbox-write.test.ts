@@ -40,7 +40,11 @@ describe('createOrder: business row and event in one transaction', () => {
         aggregate_id: orderId,
         event_type: 'order.created',
         payload: { orderId, ...order },
-        headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+        // The contract's version travels with the event (lib/example/events.ts).
+        headers: {
+          traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          'event-version': '1',
+        },
         attempts: 0,
         processed_at: null,
       },

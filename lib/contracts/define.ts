@@ -96,6 +96,17 @@ export type TypedEventInput<Defs extends Record<string, EventSpec>> = {
   [T in keyof Defs & string]: { type: T } & ContractEventInput<Defs[T]>;
 }[keyof Defs & string];
 
+/**
+ * The payload a producer writes for event type `T` of contracts `C`
+ * (`typeof events`): `PayloadOf<typeof events, 'order.created'>`.
+ */
+export type PayloadOf<C, T extends string> =
+  C extends EventContracts<infer D> ? (T extends keyof D ? PayloadInput<D[T]> : never) : never;
+
+/** What a handler of event type `T` of contracts `C` receives (every accepted version). */
+export type EventOf<C, T extends string> =
+  C extends EventContracts<infer D> ? (T extends keyof D ? ContractEvent<D[T]> : never) : never;
+
 /** A handler of a contract's event type: a typed, checked payload. */
 export type ContractHandler<D> = (
   event: ContractEvent<D>,

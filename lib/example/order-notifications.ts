@@ -1,13 +1,7 @@
 import type { ClientBase } from 'pg';
-import { z } from 'zod';
-import { defineHandlers, type HandlerContext } from '../consumer/handlers.js';
+import type { HandlerContext } from '../consumer/handlers.js';
 import type { Envelope } from '../publish/envelope.js';
-import type { OrderCreated } from './orders.js';
-
-// The payload type is the producer's promise; the consumer checks the one
-// field it writes to a uuid column, so a bad event fails with a clear message
-// instead of a database error.
-const orderCreatedSchema = z.object({ orderId: z.guid() });
+import { type OrderCreated, orderEvents } from './events.js';
 
 /**
  * The example consumer's reaction to `order.created`: record that the
@@ -24,11 +18,18 @@ export async function notifyOrderCreated(
   tx: ClientBase,
   _context?: HandlerContext,
 ): Promise<void> {
-  const { orderId } = orderCreatedSchema.parse(event.payload);
-  await tx.query('INSERT INTO order_notifications (order_id, event_id) VALUES ($1, $2)', [orderId, event.id]);
+  await tx.query('INSERT INTO order_notifications (order_id, event_id) VALUES ($1, $2)', [
+    event.payload.orderId,
+    event.id,
+  ]);
 }
 
-/** The example consumer's handlers by event type. */
-export const orderNotificationHandlers = defineHandlers<{ 'order.created': OrderCreated }>({
+/**
+ * The example consumer's handlers, declared against the same contracts as
+ * the producer: each payload is checked against its schema before
+ * `notifyOrderCreated` runs, so a bad event fails its record with a clear
+ * reason (a ContractViolationError) instead of a database error.
+ */
+export const orderNotificationHandlers = orderEvents.handlers({
   'order.created': notifyOrderCreated,
 });

@@ -2,18 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/transaction.js';
 import { ValidationError } from '../errors.js';
-import { enqueueEvent } from '../outbox/enqueue.js';
+import { type OrderCreated, orderEvents } from './events.js';
+
+export type { OrderCreated } from './events.js';
 
 /** The example service's input. */
 export interface NewOrder {
-  customerId: string;
-  totalCents: number;
-  currency: string;
-}
-
-/** Payload of the `order.created` event. */
-export interface OrderCreated {
-  orderId: string;
   customerId: string;
   totalCents: number;
   currency: string;
@@ -43,7 +37,8 @@ function validateOrder(order: NewOrder): void {
 
 /**
  * Saves an order and its `order.created` event in one transaction: both are
- * committed, or neither is. The relay publishes the event later.
+ * committed, or neither is. The relay publishes the event later. The event
+ * is written through its contract (`orderEvents`, ./events.ts).
  *
  * @example
  * const { orderId, eventId } = await createOrder(pool, { customerId: 'c-1', totalCents: 4200, currency: 'SEK' });
@@ -61,10 +56,10 @@ export async function createOrder(
       [orderId, order.customerId, order.totalCents, order.currency],
     );
     const payload: OrderCreated = { orderId, ...order };
-    const eventId = await enqueueEvent(client, {
-      aggregateType: 'order',
+    // Through the contract: the payload is checked against its schema
+    // before the INSERT, and the event carries its contract version.
+    const eventId = await orderEvents.enqueue(client, 'order.created', {
       aggregateId: orderId,
-      eventType: 'order.created',
       payload,
       headers: options.headers,
     });
