@@ -109,7 +109,7 @@ console.log(typeof enqueueEvents, typeof withTransaction);`,
 );
 const entryPoints = [
   'pg-lambda-outbox',
-  ...['consumer', 'relay', 'operations', 'lambda'].map((e) => `pg-lambda-outbox/${e}`),
+  ...['consumer', 'relay', 'operations', 'lambda', 'contracts'].map((e) => `pg-lambda-outbox/${e}`),
 ];
 check(
   'entry-points-load',

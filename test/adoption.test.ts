@@ -233,6 +233,7 @@ export * as consumer from 'pg-lambda-outbox/consumer';
 export * as relay from 'pg-lambda-outbox/relay';
 export * as operations from 'pg-lambda-outbox/operations';
 export * as lambda from 'pg-lambda-outbox/lambda';
+export * as contracts from 'pg-lambda-outbox/contracts';
 `;
 
 let db: TestDatabase;
@@ -283,6 +284,7 @@ describe('adopting the packed library in an existing service', () => {
       'dist/index.d.ts',
       'dist/consumer/index.d.ts',
       'dist/adapters/kysely.js',
+      'dist/contracts/index.d.ts',
       'dist/cli/main.js',
       'migrations/1764460800000_outbox-events.sql',
       'LICENSE',
