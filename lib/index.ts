@@ -33,6 +33,12 @@ export {
   ENQUEUE_CALL_MAX_BYTES,
   LARGE_PAYLOAD_MAX_BYTES,
 } from './outbox/limits.js';
+export {
+  createRelayWaker,
+  type LambdaSender,
+  type RelayWaker,
+  type RelayWakerOptions,
+} from './outbox/relay-waker.js';
 export type { NewOutboxEvent, OutboxEvent } from './outbox/types.js';
 export type { ValidateOptions } from './outbox/validate-event.js';
 export type { Envelope } from './publish/envelope.js';

@@ -9,17 +9,26 @@
  * the functions' own logs. Ctrl-C stops everything this started.
  */
 import fs from 'node:fs';
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { Command, InvalidArgumentError } from 'commander';
 import logUpdate from 'log-update';
 import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
 import { createOrder } from '../lib/example/orders.js';
+import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { startStackEmulator } from './local/aws-emulator.js';
 import { migrateExample } from './local/example-schema.js';
 import { FaultProxy } from './local/fault-proxy.js';
 import { node22PathDir } from './local/node22.js';
 import { ensureDatabase, startLocalPostgres } from './local/postgres.js';
-import { type DeployedStack, deployStack, invokeFunction, jsonLines, LogTail } from './local/stack.js';
+import {
+  type DeployedStack,
+  deployStack,
+  emulatorClientConfig,
+  invokeFunction,
+  jsonLines,
+  LogTail,
+} from './local/stack.js';
 
 const number = (min: number, max: number) => (value: string) => {
   const n = Number(value);
@@ -128,6 +137,12 @@ await invokeFunction(stack, 'relay', { source: 'npm-start', 'detail-type': 'Depl
 say(`Another terminal: DATABASE_URL=${databaseUrl} npm run outbox -- status\n`);
 
 // --- producer: orders at a steady rate ----------------------------------------
+// The relay scales to zero between bursts (relayMode elastic): the producer
+// wakes it right after its commits, as a service would (docs/deploy.md).
+const waker = createRelayWaker({
+  functionName: stack.functionName('relay'),
+  lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
+});
 let produced = 0;
 let produceErrors = 0;
 const firstOrder = new Date();
@@ -147,6 +162,7 @@ const producer = (async () => {
     }
     await Promise.all(writes);
     produced += writes.length;
+    if (writes.length > 0) await waker.wake();
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 })();

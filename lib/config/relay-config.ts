@@ -40,6 +40,8 @@ export interface RelayConfig {
  * - `OUTBOX_SCHEMA`: the schema of the outbox tables (unset: unqualified names, via `search_path`)
  * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
  *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
+ * - `OUTBOX_IDLE_TAIL_MS` (scale to zero: an invocation returns after this long without work;
+ *   unset: it polls to its time budget)
  * - `OUTBOX_CLAIM_MAX_BYTES` (payload bytes per claim; default derived from the function's
  *   memory, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: see {@link claimBytesForMemory})
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
@@ -72,6 +74,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
     idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),
+    idleTailMs: readVar(env, 'OUTBOX_IDLE_TAIL_MS', intVar(0, 900_000)) ?? null,
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
     publishedRows: readVar(
       env,

@@ -52,6 +52,15 @@ export interface RelayOptions {
   /** Shortest wait between polls, right after work was found. Default 10 ms. */
   idleWaitMinMs?: number;
   /**
+   * Scale to zero: a run returns once no worker has found anything to claim
+   * for this long, instead of polling until its time budget is spent. An
+   * idle outbox then costs one short invocation per schedule tick; under
+   * load the run drains to its budget as before. `null` (the default): no
+   * tail, the run polls to its budget (always on). The Lambda relay sets it
+   * from `OUTBOX_IDLE_TAIL_MS`.
+   */
+  idleTailMs?: number | null;
+  /**
    * Failures of the environment (outage, throttling, access denied, timeouts)
    * do not spend attempts; an event that has kept failing that way for
    * longer than this, counted from its first such failure since it was last
@@ -103,6 +112,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   safetyMarginMs: 10_000,
   idleWaitMs: 200,
   idleWaitMinMs: 10,
+  idleTailMs: null,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
   waitingSummaryMs: 60_000,
@@ -120,6 +130,13 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
     throw new ConfigError(
       'publishedRows',
       `expected "keep" or "delete" (got ${JSON.stringify(resolved.publishedRows)})`,
+    );
+  }
+  const tail = resolved.idleTailMs;
+  if (tail !== null && !(Number.isFinite(tail) && tail >= 0)) {
+    throw new ConfigError(
+      'idleTailMs',
+      `expected milliseconds >= 0, or null for no tail (got ${String(tail)})`,
     );
   }
   resolved.schema = validateSchemaName(resolved.schema);

@@ -518,6 +518,9 @@ export class Relay {
     }
     // Kept back at the end of the invocation to record outcomes.
     const reserveMs = Math.min(2_000, this.options.safetyMarginMs / 2);
+    // The idle tail: when any worker last found work (or the run started).
+    let lastWorkAt = performance.now();
+    const tailMs = this.options.idleTailMs;
 
     const loop = async () => {
       // A dropped connection (failover, a terminated backend, RDS Proxy
@@ -568,14 +571,22 @@ export class Relay {
           for (const [t, n] of Object.entries(report.deadLetteredByType))
             bump(total.deadLetteredByType, t, n);
         }
+        if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
         if (report.claimed === 0) {
           if (run.stopWhenIdle) {
             stoppedBecause = 'idle';
             break;
           }
+          // Scale to zero: nothing found by any worker for the whole tail.
+          if (tailMs !== null && performance.now() - lastWorkAt >= tailMs) {
+            stoppedBecause = 'idle';
+            break;
+          }
           // Adaptive polling: short waits while work keeps arriving, doubling
           // to idleWaitMs while there is none.
-          const wait = Math.min(idleWait, timeLeft());
+          const tailLeft =
+            tailMs === null ? Infinity : Math.max(1, tailMs - (performance.now() - lastWorkAt));
+          const wait = Math.min(idleWait, timeLeft(), tailLeft);
           idleWait = Math.min(idleWait * 2, this.options.idleWaitMs);
           if (wait > 0) await this.workSignal.wait(wait);
         } else {

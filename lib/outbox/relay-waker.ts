@@ -1,0 +1,118 @@
+import { ConfigError } from '../errors.js';
+import { type OutboxLogger, silentLogger } from '../observer.js';
+import { importOptional } from '../optional-dependency.js';
+
+/**
+ * What the waker needs of a Lambda client: its `send`. Written out so that
+ * this entry point's declarations name no AWS SDK type; an `@aws-sdk/client-lambda`
+ * `LambdaClient` is one.
+ */
+export interface LambdaSender {
+  send(command: object, options?: { abortSignal?: AbortSignal | undefined }): Promise<unknown>;
+}
+
+export interface RelayWakerOptions {
+  /** The relay function's name or ARN (the reference stack: `<service>-<stage>-relay`). */
+  functionName: string;
+  /** Default: a LambdaClient of `@aws-sdk/client-lambda` (an optional peer), built at the first wake. */
+  lambda?: LambdaSender;
+  /**
+   * Wakes closer together than this invoke nothing: the relay woken by the
+   * earlier one is still running, kept alive by the events it found (its
+   * idle tail restarts with every claim that finds work). Keep it under the
+   * relay's idle tail (`OUTBOX_IDLE_TAIL_MS`, 3 s in the reference stack)
+   * less a poll (0.5 s). Default 2,000 ms.
+   */
+  keepAliveMs?: number;
+  /** Longest wait for the Invoke call. Default 2,000 ms. */
+  timeoutMs?: number;
+  logger?: OutboxLogger;
+  /** Clock (tests). */
+  now?: () => number;
+}
+
+export interface RelayWaker {
+  /**
+   * Call right after a transaction that enqueued events has committed. Starts
+   * a relay invocation (`InvocationType: 'Event'`, asynchronous) unless one
+   * was started, or kept alive, less than `keepAliveMs` ago. Never rejects:
+   * a failed wake is logged, and the schedule publishes the events anyway.
+   * In a Lambda producer, await it before returning (a frozen invocation
+   * sends nothing).
+   */
+  wake(): Promise<void>;
+  /** Invocations started so far. */
+  readonly invocations: number;
+}
+
+/**
+ * Wake on commit: lets a producer start the relay right after its commit, so
+ * an event does not wait for the next schedule tick when the relay scales to
+ * zero between events (docs/deploy.md, "Elastic relay"). Debounced per
+ * process. The producer's role needs `lambda:InvokeFunction` on the relay
+ * function.
+ *
+ * @example
+ * const waker = createRelayWaker({ functionName: process.env.OUTBOX_RELAY_FUNCTION! });
+ * await withTransaction(pool, async (client) => { ...; await enqueueEvent(client, event); });
+ * await waker.wake();
+ */
+export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
+  if (typeof options?.functionName !== 'string' || options.functionName.trim() === '') {
+    throw new ConfigError('functionName', "expected the relay function's name or ARN");
+  }
+  const keepAliveMs = options.keepAliveMs ?? 2_000;
+  const timeoutMs = options.timeoutMs ?? 2_000;
+  for (const [name, value] of [
+    ['keepAliveMs', keepAliveMs],
+    ['timeoutMs', timeoutMs],
+  ] as const) {
+    if (!Number.isFinite(value) || value < 0)
+      throw new ConfigError(name, `expected milliseconds >= 0 (got ${value})`);
+  }
+  const logger = options.logger ?? silentLogger;
+  const now = options.now ?? Date.now;
+  let lambda = options.lambda;
+  let lastWakeAt = Number.NEGATIVE_INFINITY;
+  let invocations = 0;
+
+  async function invoke(): Promise<void> {
+    const { InvokeCommand, LambdaClient } = await importOptional(
+      '@aws-sdk/client-lambda',
+      'createRelayWaker',
+      () => import('@aws-sdk/client-lambda'),
+    );
+    lambda ??= new LambdaClient({ maxAttempts: 2 });
+    await lambda.send(
+      new InvokeCommand({
+        FunctionName: options.functionName,
+        InvocationType: 'Event',
+        Payload: Buffer.from(JSON.stringify({ source: 'pg-lambda-outbox.wake' })),
+      }),
+      { abortSignal: AbortSignal.timeout(timeoutMs) },
+    );
+  }
+
+  return {
+    get invocations() {
+      return invocations;
+    },
+    async wake() {
+      const at = now();
+      const quiet = at - lastWakeAt >= keepAliveMs;
+      lastWakeAt = at;
+      if (!quiet) return;
+      invocations++;
+      try {
+        await invoke();
+      } catch (error) {
+        // The next wake tries again; the schedule is the safety net.
+        lastWakeAt = Number.NEGATIVE_INFINITY;
+        logger.warn('could not wake the relay; the schedule will publish the events', {
+          function_name: options.functionName,
+          error: String(error),
+        });
+      }
+    },
+  };
+}

@@ -1,0 +1,87 @@
+// Scale to zero: with an idle tail, a relay run returns once nothing has
+// been found to claim for that long, and keeps draining while work arrives.
+// Against PostgreSQL and a real queue of the emulator.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { loadRelayConfig } from '../lib/config/relay-config.js';
+import { ConfigError } from '../lib/errors.js';
+import type { RouteConfig } from '../lib/publish/routes.js';
+import { resolveRelayOptions } from '../lib/relay/options.js';
+import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
+import { useTestDatabase } from './support/database.js';
+import { insertEvents } from './support/events.js';
+import { emulatorRelay } from './support/relay.js';
+
+const db = useTestDatabase();
+const aws = awsClients();
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE outbox_events');
+});
+
+const budget = (ms: number) => {
+  const end = performance.now() + ms;
+  return () => end - performance.now();
+};
+
+async function routesToNewQueue(): Promise<{ routes: RouteConfig[]; url: string }> {
+  const queue = await createQueue(aws.sqs, uniqueName('idle-tail'));
+  return { routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }], url: queue.url };
+}
+
+describe('the idle tail', () => {
+  it('an idle relay returns within its tail, not at the end of its budget', async () => {
+    const { routes } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 500, idleWaitMs: 100 });
+    const started = performance.now();
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true });
+    const took = performance.now() - started;
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(took).toBeGreaterThanOrEqual(500);
+    expect(took).toBeLessThan(2_000);
+  });
+
+  it('keeps draining while work arrives and returns a tail after the last of it', async () => {
+    const { routes, url } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 800, idleWaitMs: 100, workers: 2 });
+    await insertEvents(db.pool, 500); // a backlog to start with
+    let written = 500;
+    // Then an event every 150 ms for 3 s: never a gap as long as the tail.
+    const producing = (async () => {
+      for (let i = 0; i < 20; i++) {
+        await new Promise((r) => setTimeout(r, 150));
+        await insertEvents(db.pool, 1, () => ({ aggregateId: `late-${i}` }));
+        written++;
+      }
+      return performance.now();
+    })();
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true });
+    const lastWriteAt = await producing;
+    const returnedAt = performance.now();
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', published: written, deadLettered: 0 });
+    // Returned after the last event went out and the tail passed, well before the budget.
+    expect(returnedAt - lastWriteAt).toBeGreaterThanOrEqual(800 - 200);
+    expect(returnedAt - lastWriteAt).toBeLessThan(3_000);
+    expect(await drainQueue(aws.sqs, url, written)).toHaveLength(written);
+  }, 60_000);
+
+  it('without a tail (the default), a run polls to its budget as before', async () => {
+    const { routes } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleWaitMs: 100 });
+    const started = performance.now();
+    const summary = await relay.run({ remainingMs: budget(1_500), skipStats: true });
+    expect(summary.stoppedBecause).toBe('time');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
+  });
+
+  it('OUTBOX_IDLE_TAIL_MS sets it; a bad value names the variable', () => {
+    const routes = JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: 'https://q/1' }] }]);
+    expect(loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_IDLE_TAIL_MS: '3000' }).relay.idleTailMs).toBe(
+      3000,
+    );
+    expect(loadRelayConfig({ OUTBOX_ROUTES: routes }).relay.idleTailMs).toBeNull();
+    expect(() => loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_IDLE_TAIL_MS: 'soon' })).toThrow(
+      /OUTBOX_IDLE_TAIL_MS/,
+    );
+    expect(() => resolveRelayOptions({ idleTailMs: -1 })).toThrow(ConfigError);
+  });
+});
