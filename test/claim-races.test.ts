@@ -10,6 +10,7 @@ import type { Queryable } from '../lib/db/queryable.js';
 import { redriveDeadLetters } from '../lib/operations/redrive.js';
 import { replayEvents } from '../lib/operations/replay.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
+import { busyAggregates } from '../lib/sql/replay-events.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();
@@ -143,6 +144,35 @@ describe('the ordered claim against replay and redrive', () => {
       busy: 0,
     });
     expect((await claimBatch(db.pool, params(skip))).events.map((e) => e.id)).toEqual([d1]);
+  });
+
+  it('a head published between the replay finding it and locking it makes the aggregate busy, not free', async () => {
+    const d1 = await row('f', 'dead');
+    const x2 = await row('f', 'pending');
+    await row('f', 'pending');
+    // x2 is leased to a relay (skip policy lets it pass its dead letter)...
+    await db.pool.query(
+      `UPDATE outbox_events SET locked_until = now() + interval '1 minute', locked_by = gen_random_uuid() WHERE id = $1`,
+      [x2],
+    );
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // ... and records it as published right after the redrive found it as the head.
+      const between: Queryable = {
+        query: (async (text: string, values?: unknown[]) => {
+          if (text.includes('WITH mine AS')) await publish([x2]);
+          return client.query(text, values);
+        }) as Queryable['query'],
+      };
+      const busy = await busyAggregates(between, [{ id: d1, aggregateType: 'order', aggregateId: 'f' }], {
+        lock: true,
+      });
+      expect([...busy]).toEqual(['order\u0000f']);
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
   });
 
   it('a claim that only overlaps a replay of another aggregate is not held back', async () => {

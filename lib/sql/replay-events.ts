@@ -139,9 +139,14 @@ CROSS JOIN LATERAL (
 // Locked and written (a new row version, nothing changed): a claim whose
 // snapshot predates our commit and still takes this row for the head sees
 // it rewritten and leaves it (claim-batch.ts, the re-check in \`locked\`).
+// Still unfinished, checked on the row's newest version once it is locked:
+// a head that its relay recorded as published since HEADS read it is no
+// head any more (the next event is), and is reported busy, not taken.
 const LOCK_HEADS = (t: OutboxTables) => `
 WITH mine AS (
-  SELECT id FROM ${t.events} WHERE id = ANY($1::uuid[])
+  SELECT id FROM ${t.events}
+  WHERE id = ANY($1::uuid[])
+    AND num_nulls(processed_at, dead_lettered_at) = 2
   FOR UPDATE SKIP LOCKED)
 UPDATE ${t.events} e
 SET locked_by = e.locked_by
