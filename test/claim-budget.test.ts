@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { enqueueEvents } from '../lib/outbox/enqueue.js';
+import { resolveRelayOptions } from '../lib/relay/options.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
 import { useTestDatabase } from './support/database.js';
 
@@ -72,14 +73,27 @@ describe('the claim byte budget', () => {
     expect(ids(await claimBatch(db.pool, params(ordered)))).toEqual(events.slice(4));
   });
 
-  it('a row written without payload_bytes counts its stored size', async () => {
+  it('a row written without payload_bytes counts the length of its text, not its compressed size', async () => {
+    // 3,000 repeated characters: TOAST stores each in a few dozen bytes.
     await db.pool.query(
       `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-       SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.updated', jsonb_build_object('p', (SELECT string_agg(md5(random()::text || i || g), '') FROM generate_series(1, 100) i))
+       SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.updated', jsonb_build_object('p', repeat('x', 3000))
        FROM generate_series(1, 4) g`,
     );
-    // Each payload is stored in about 3.2 kB (random hex: TOAST cannot shrink it).
+    const { rows } = await db.pool.query(
+      'SELECT max(pg_column_size(payload))::int AS stored FROM outbox_events',
+    );
+    expect(rows[0].stored).toBeLessThan(500);
     const claim = await claimBatch(db.pool, params({ maxBytes: 5_000 }));
     expect(claim.events).toHaveLength(2);
+  });
+
+  it('a budget of 0 still takes one row; the relay refuses a budget that is not a positive whole number', async () => {
+    const [first] = await write(['a', 'b'], 100);
+    expect(ids(await claimBatch(db.pool, params({ maxBytes: 0 })))).toEqual([first]);
+    expect(ids(await claimBatch(db.pool, params({ ordered: true, maxBytes: 0 })))).toHaveLength(1);
+    for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => resolveRelayOptions({ maxClaimBytes: bad })).toThrow(/maxClaimBytes/);
+    }
   });
 });

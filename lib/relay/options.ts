@@ -132,6 +132,12 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
       `expected "keep" or "delete" (got ${JSON.stringify(resolved.publishedRows)})`,
     );
   }
+  if (!(Number.isSafeInteger(resolved.maxClaimBytes) && resolved.maxClaimBytes > 0)) {
+    throw new ConfigError(
+      'maxClaimBytes',
+      `expected a whole number of bytes > 0 (got ${String(resolved.maxClaimBytes)})`,
+    );
+  }
   const tail = resolved.idleTailMs;
   if (tail !== null && !(Number.isFinite(tail) && tail >= 0)) {
     throw new ConfigError(

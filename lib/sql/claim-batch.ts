@@ -37,7 +37,7 @@ export interface ClaimParams {
    */
   fromSeq?: string;
   /**
-   * Most payload bytes per claim (`payload_bytes`, else the stored size):
+   * Most payload bytes per claim (`payload_bytes`, else the text's length):
    * rows are taken in claim order while the bytes of those before them are
    * under it, so a claim holds at most this plus one payload, and always at
    * least one row. Default: no limit.
@@ -344,8 +344,11 @@ WITH picked AS (
 )`;
 
 // A row's payload size for the byte budget: what the producer wrote
-// (payload_bytes), else the stored size, which reads no TOAST data.
-const BYTES = (e: string) => `coalesce(${e}.payload_bytes, pg_column_size(${e}.payload))::bigint`;
+// (payload_bytes), else the text's length: the stored size may be a
+// fraction of it (TOAST compresses), and what the relay holds is the text.
+// Only rows written without payload_bytes (before it existed, or by other
+// tools) pay for the conversion.
+const BYTES = (e: string) => `coalesce(${e}.payload_bytes, octet_length(${e}.payload::text))::bigint`;
 
 // The tail shared by both modes: `picked` (id, seq, orphan, head, ord, bytes)
 // is what the claim would take, in claim order (ord, seq): seq, or in
@@ -365,9 +368,10 @@ budgeted AS (
   FROM (
     SELECT p.*,
            coalesce(sum(p.bytes) OVER (ORDER BY p.ord, p.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-             AS bytes_before
+             AS bytes_before,
+           row_number() OVER (ORDER BY p.ord, p.seq) AS n
     FROM picked p) b
-  WHERE b.bytes_before < ${budget}::bigint
+  WHERE b.n = 1 OR b.bytes_before < ${budget}::bigint
 ),
 suspect AS (
   SELECT p.id FROM budgeted p WHERE p.orphan AND p.head ORDER BY p.seq LIMIT 1
