@@ -4,7 +4,7 @@
 // the calls never run against a database (they sit in functions not called).
 import type { ClientBase } from 'pg';
 import * as v from 'valibot';
-import { describe, expectTypeOf, it } from 'vitest';
+import { describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../lib/contracts/define.js';
 import type { Queryable } from '../lib/db/queryable.js';
@@ -86,7 +86,10 @@ describe('event contracts, at compile time', () => {
       },
     });
     expectTypeOf(handlers).toBeObject();
-    // @ts-expect-error a handler for an event type without a contract
-    events.handlers({ 'order.shipped': async () => {} });
+    // A handler for an event type without a contract: a compile error, and at run time a ConfigError.
+    expect(() =>
+      // @ts-expect-error no contract for order.shipped
+      events.handlers({ 'order.shipped': async () => {} }),
+    ).toThrow(/handlers\.order\.shipped/);
   });
 });

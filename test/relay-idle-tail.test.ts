@@ -78,7 +78,7 @@ describe('the idle tail', () => {
     expect(loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_IDLE_TAIL_MS: '3000' }).relay.idleTailMs).toBe(
       3000,
     );
-    expect(loadRelayConfig({ OUTBOX_ROUTES: routes }).relay.idleTailMs).toBeNull();
+    expect(loadRelayConfig({ OUTBOX_ROUTES: routes }).relay.idleTailMs).toBeUndefined();
     expect(() => loadRelayConfig({ OUTBOX_ROUTES: routes, OUTBOX_IDLE_TAIL_MS: 'soon' })).toThrow(
       /OUTBOX_IDLE_TAIL_MS/,
     );

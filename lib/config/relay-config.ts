@@ -74,7 +74,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     safetyMarginMs: readVar(env, 'OUTBOX_SAFETY_MARGIN_MS', intVar(0, 900_000)),
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
     idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),
-    idleTailMs: readVar(env, 'OUTBOX_IDLE_TAIL_MS', intVar(0, 900_000)) ?? null,
+    idleTailMs: readVar(env, 'OUTBOX_IDLE_TAIL_MS', intVar(0, 900_000)),
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
     publishedRows: readVar(
       env,
