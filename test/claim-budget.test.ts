@@ -6,6 +6,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { enqueueEvents } from '../lib/outbox/enqueue.js';
 import { resolveRelayOptions } from '../lib/relay/options.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
+import { completeBatch } from '../lib/sql/complete-batch.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();
@@ -95,5 +96,49 @@ describe('the claim byte budget', () => {
     for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
       expect(() => resolveRelayOptions({ maxClaimBytes: bad })).toThrow(/maxClaimBytes/);
     }
+  });
+});
+
+describe('rows held back behind a blocked head', () => {
+  it('are written claimable (no retry_after), so a due retry behind them is not starved by new aggregates', async () => {
+    // 30 aggregates whose head is dead and whose second event was held back
+    // behind it, as the relay records it (a retry without a wait).
+    const blocked = await write(
+      Array.from({ length: 60 }, (_, i) => `blocked-${i % 30}`),
+      100,
+    );
+    const leaseId = randomUUID();
+    await db.pool.query(
+      `UPDATE outbox_events SET locked_by = $1, locked_until = now() + interval '1 minute'`,
+      [leaseId],
+    );
+    await completeBatch(
+      db.pool,
+      leaseId,
+      blocked.map((id, i) =>
+        i < 30
+          ? { id, status: 'dead' as const, error: 'poison', delivered: [] }
+          : { id, status: 'retry' as const, error: 'held back', delayMs: 0, delivered: [], refund: true },
+      ),
+    );
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM outbox_events WHERE dead_lettered_at IS NULL AND retry_after IS NULL`,
+    );
+    expect(rows[0].n).toBe(30);
+    // A head whose retry came due a minute ago, then new aggregates at every claim.
+    const [due] = await write(['due-one'], 100);
+    await db.pool.query(
+      `UPDATE outbox_events SET retry_after = now() - interval '1 minute', attempts = 1 WHERE id = $1`,
+      [due],
+    );
+    const claimedIds: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      await write(
+        Array.from({ length: 12 }, (_, i) => `new-${round}-${i}`),
+        100,
+      );
+      claimedIds.push(...ids(await claimBatch(db.pool, params({ ordered: true, limit: 10 }))));
+    }
+    expect(claimedIds).toContain(due);
   });
 });

@@ -103,6 +103,7 @@ export interface ClaimResult {
 //   outbox_events_aggregate_heads. When neither part was full, every
 //   claimable row was seen: what it found is the answer even if it is less
 //   than `limit` (an empty claim with 100,000 held aggregates stays cheap).
+//   The heads the walk found are kept too (the oldest there are).
 //   It runs only when the walk met many held aggregates (at least a quarter
 //   of `limit` whose heads are not claimable): when the walk is one blocked
 //   aggregate's tail, the second look would see that same tail, so the
@@ -254,7 +255,10 @@ chosen AS (
    ORDER BY w.seq
    LIMIT $1)
   UNION ALL
-  (SELECT f.aggregate_type, f.aggregate_id, f.seq FROM free_heads f
+  (SELECT f.aggregate_type, f.aggregate_id, f.seq
+   FROM (SELECT x.aggregate_type, x.aggregate_id, x.seq FROM free_heads x
+         UNION
+         SELECT w.aggregate_type, w.aggregate_id, w.seq FROM walk_heads w) f
    WHERE (SELECT way FROM look) = 'free'
    ORDER BY f.seq
    LIMIT $1)

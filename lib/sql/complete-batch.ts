@@ -33,7 +33,12 @@ export type Completion =
 // not the event's fault (the claim still counts a lease that expires with no
 // outcome, so a relay that keeps crashing on an event dead-letters it).
 // The outcome columns of a row that is kept: published (unless published
-// rows are deleted), retried or dead-lettered.
+// rows are deleted), retried or dead-lettered. A retry without a wait (an
+// event held back behind an earlier one of its aggregate) gets no
+// retry_after at all: it is as claimable as a new row, and stays among the
+// ready rows the ordered claim reads (outbox_events_ready), not among the
+// due retries, where rows that wait behind a blocked head would pile up at
+// the front.
 const OUTCOME_SET = `
 SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     attempts = CASE WHEN o.status = 'retry' AND o.refund THEN greatest(e.attempts - 1, 0) ELSE e.attempts END,
@@ -41,7 +46,7 @@ SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
                          ELSE e.failing_since END,
     waiting_for = CASE WHEN o.status = 'retry' THEN o.waiting_for END,
     dead_lettered_at = CASE WHEN o.status = 'dead' THEN now() END,
-    retry_after = CASE WHEN o.status = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' END,
+    retry_after = CASE WHEN o.status = 'retry' AND o.delay_ms > 0 THEN now() + o.delay_ms * interval '1 millisecond' END,
     last_error = CASE WHEN o.status = 'published' THEN e.last_error ELSE o.error END,
     delivered_targets = CASE WHEN o.status = 'published' THEN '{}'::text[] ELSE o.delivered END,
     locked_until = NULL,
