@@ -126,6 +126,55 @@ describe('writing through a contract', () => {
     ).toHaveLength(2);
   });
 
+  it('checks the payload as the JSON the consumer receives: transforms run at the consumer, a Date is refused with a hint', async () => {
+    const shaped = defineEvents({
+      'price.set': z.object({ cents: z.string().transform(Number), at: z.iso.datetime() }),
+      'clock.ticked': z.object({ at: z.date() }),
+    });
+    const id = orderId();
+    // validate() needs no aggregate type and returns the schema's output.
+    expect(await shaped.validate('price.set', { cents: '12', at: '2026-12-01T10:00:00Z' })).toEqual({
+      cents: 12,
+      at: '2026-12-01T10:00:00Z',
+    });
+    await shaped.enqueue(db.pool, 'price.set', {
+      aggregateId: id,
+      aggregateType: 'price',
+      payload: { cents: '12', at: '2026-12-01T10:00:00Z' },
+    });
+    // Stored as given: the consumer's handler runs the same schema and gets { cents: 12 }.
+    expect((await rows()).at(-1)?.payload).toEqual({ cents: '12', at: '2026-12-01T10:00:00Z' });
+    const handled: unknown[] = [];
+    const [handler] = Object.values(
+      shaped.handlers({ 'price.set': (event) => void handled.push(event.payload) }),
+    );
+    await handler?.(
+      {
+        id: crypto.randomUUID(),
+        type: 'price.set',
+        aggregateType: 'price',
+        aggregateId: id,
+        occurredAt: new Date().toISOString(),
+        payload: (await rows()).at(-1)?.payload,
+        headers: { [VERSION_HEADER]: '1' },
+      },
+      undefined as never,
+      undefined as never,
+    );
+    expect(handled).toEqual([{ cents: 12, at: '2026-12-01T10:00:00Z' }]);
+
+    const dated = await shaped
+      .enqueue(db.pool, 'clock.ticked', {
+        aggregateId: id,
+        aggregateType: 'clock',
+        payload: { at: new Date() },
+      })
+      .catch((e) => e);
+    expect(dated).toMatchObject({ name: 'ValidationError', field: 'payload.at' });
+    expect(dated.message).toMatch(/valid as given but not as the JSON the consumer receives/);
+    expect((await rows()).filter((r) => r.event_type === 'clock.ticked')).toEqual([]);
+  });
+
   it('refuses a definition that is not one, naming the event type', () => {
     expect(() => defineEvents({ 'a.b': { type: 'object' } as never })).toThrow(ConfigError);
     expect(() => defineEvents({ 'a.b': { schema: OrderCreated, version: 0 } })).toThrow(

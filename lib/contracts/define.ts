@@ -272,8 +272,7 @@ export class EventContracts<Defs extends Record<string, EventSpec>> {
     type: T,
     payload: PayloadInput<Defs[T]>,
   ): Promise<StandardSchemaV1.InferOutput<SchemaOf<Defs[T]>>> {
-    return (await this.prepare('', { type, aggregateId: 'x', payload } as TypedEventInput<Defs>))
-      .payload as never;
+    return (await this.checkPayload('', this.contractOf('', type), payload)).output as never;
   }
 
   /**
@@ -312,25 +311,62 @@ export class EventContracts<Defs extends Record<string, EventSpec>> {
     return enqueueEvents(db, prepared, options);
   }
 
-  private async prepare(at: string, event: TypedEventInput<Defs>): Promise<NewOutboxEvent> {
-    const field = (name: string) => (at === '' ? name : `${at}.${name}`);
-    const contract = this.byType.get(event?.type);
+  private contractOf(at: string, type: unknown): ResolvedContract {
+    const contract = typeof type === 'string' ? this.byType.get(type) : undefined;
     if (!contract) {
       throw new ValidationError(
-        field('type'),
-        `no contract for event type ${JSON.stringify(event?.type)} (known: ${[...this.byType.keys()].join(', ')})`,
+        at === '' ? 'type' : `${at}.type`,
+        `no contract for event type ${JSON.stringify(type)} (known: ${[...this.byType.keys()].join(', ')})`,
       );
     }
-    const checked = await check(contract.schema, event.payload);
+    return contract;
+  }
+
+  /**
+   * The payload as the consumer will see it, JSON, checked against the
+   * current version's schema: what passes here passes in the consumer's
+   * handlers. Returns that JSON value (what is stored) and the schema's output.
+   */
+  private async checkPayload(
+    at: string,
+    contract: ResolvedContract,
+    payload: unknown,
+  ): Promise<{ json: unknown; output: unknown }> {
+    const field = (name: string) => (at === '' ? name : `${at}.${name}`);
+    let json: unknown;
+    try {
+      const text = JSON.stringify(payload);
+      if (text === undefined) throw new Error('it has no JSON form');
+      json = JSON.parse(text);
+    } catch (error) {
+      throw new ValidationError(
+        field('payload'),
+        `${contract.type} v${contract.version}: not JSON-serializable: ${(error as Error).message}`,
+      );
+    }
+    const checked = await check(contract.schema, json);
     if ('issues' in checked) {
       const [first, ...rest] = checked.issues.map(describeIssue);
+      // Valid as given but not as JSON: a type JSON does not have (a Date, a Map, a BigInt).
+      const onlyAsJson = json !== payload && !('issues' in (await check(contract.schema, payload)));
       throw new ValidationError(
         field(first?.path ?? 'payload'),
         `${contract.type} v${contract.version}: ${first?.message ?? 'invalid'}${
           rest.length > 0 ? ` (and ${rest.map((r) => `${r.path}: ${r.message}`).join('; ')})` : ''
+        }${
+          onlyAsJson
+            ? ' (the payload is valid as given but not as the JSON the consumer receives: use a schema for its JSON form, e.g. an ISO date string instead of a Date)'
+            : ''
         }`,
       );
     }
+    return { json, output: checked.value };
+  }
+
+  private async prepare(at: string, event: TypedEventInput<Defs>): Promise<NewOutboxEvent> {
+    const field = (name: string) => (at === '' ? name : `${at}.${name}`);
+    const contract = this.contractOf(at, event?.type);
+    const checked = { value: (await this.checkPayload(at, contract, event.payload)).json };
     const aggregateType = event.aggregateType ?? contract.aggregateType;
     if (aggregateType === undefined) {
       throw new ValidationError(
