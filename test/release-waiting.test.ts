@@ -101,6 +101,32 @@ describe('releaseWaiting', () => {
     expect(await census('outbox_events')).toMatchObject({ released: 12_000, still_waiting: 0 });
   });
 
+  it('starts no batch after its deadline: the rest wait out their hold', async () => {
+    await rows('outbox_events', 3_000, { waitingFor: [TARGET], retryInMs: 600_000 });
+    const { db: counted, statements } = counting(db.pool);
+    // Time for the first batch only.
+    let first = true;
+    const slow: Queryable = {
+      query: (async (text: string, values?: unknown[]) => {
+        const result = await counted.query(text, values);
+        if (first) {
+          first = false;
+          await new Promise((r) => setTimeout(r, 300));
+        }
+        return result;
+      }) as Queryable['query'],
+    };
+    const released = await releaseWaiting(slow, TARGET, undefined, {
+      batchSize: 1_000,
+      until: performance.now() + 200,
+    });
+    expect(released).toBe(1_000);
+    expect(statements).toHaveLength(1);
+    expect(await census('outbox_events')).toMatchObject({ released: 1_000, still_waiting: 2_000 });
+    // Past the deadline already: nothing.
+    expect(await releaseWaiting(db.pool, TARGET, undefined, { until: performance.now() - 1 })).toBe(0);
+  });
+
   it('in a schema: only that schema’s rows, and nothing when none wait', async () => {
     await rows(`${SCHEMA}.outbox_events`, 250, { waitingFor: [TARGET], retryInMs: 600_000 });
     await rows('outbox_events', 40, { waitingFor: [TARGET], retryInMs: 600_000 });

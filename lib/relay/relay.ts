@@ -205,7 +205,9 @@ export class Relay {
     const outcomes = await this.publish(claim.events, deadlineMs);
     const completions = this.decide(claim.events, outcomes, report);
     const recorded = await this.complete(leaseId, completions);
-    await this.releaseRecovered();
+    // Within the invocation's time, as the publish was: a long release after
+    // an outage must not hold the run past its end.
+    await this.releaseRecovered(started + (budget.budgetMs ?? Number.POSITIVE_INFINITY));
     for (const c of completions) {
       if (!recorded.has(c.id)) {
         report.leaseLost++;
@@ -457,10 +459,10 @@ export class Relay {
    * A target answered again after an outage: the events held back for it go
    * out now instead of waiting out their hold.
    */
-  private async releaseRecovered() {
+  private async releaseRecovered(until: number) {
     for (const target of this.deps.publisher.takeRecoveredTargets?.() ?? []) {
       try {
-        const released = await releaseWaiting(this.deps.db, target, this.options.schema);
+        const released = await releaseWaiting(this.deps.db, target, this.options.schema, { until });
         this.logger.info('target answers again; released the events waiting for it', { target, released });
       } catch (error) {
         // They go out when their hold ends; only the shortcut is lost.

@@ -50,6 +50,12 @@ SELECT (SELECT count(*) FROM released)::int AS released,
 export interface ReleaseWaitingOptions {
   /** Most rows released per statement. Default 1,000. */
   batchSize?: number;
+  /**
+   * No batch starts after this (`performance.now()` time): the caller's time
+   * is up (the invocation must record its outcomes and return). The rows not
+   * released wait out their hold instead.
+   */
+  until?: number;
 }
 
 const DEFAULT_BATCH_SIZE = 1_000;
@@ -69,6 +75,7 @@ export async function releaseWaiting(
   let cursor = '0';
   let total = 0;
   for (;;) {
+    if (options.until !== undefined && performance.now() >= options.until) return total;
     const { rows } = await db.query<{ released: number; candidates: number; cursor: string | null }>(sql, [
       target,
       cursor,
