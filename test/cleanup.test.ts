@@ -305,7 +305,7 @@ describe('runCleanup', () => {
     ).rejects.toThrow(/^maxRowsPerSecond: expected a number of rows > 0, or null \(got 0\)$/);
   });
 
-  it('dead letters are deleted only when a retention is configured, by dead_lettered_at against a pinned now', async () => {
+  it('dead letters are discarded (on record) only when a retention is configured, by dead_lettered_at against a pinned now', async () => {
     await db.pool.query(
       `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dead_lettered_at)
        VALUES (gen_random_uuid(), 'order', 'a', 'order.created', '{}', '2025-01-01T00:00:00Z'),
@@ -322,8 +322,19 @@ describe('runCleanup', () => {
       statements: 1,
       finished: true,
     });
-    const { rows } = await db.pool.query('SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id');
+    const { rows } = await db.pool.query(
+      'SELECT aggregate_id FROM outbox_events WHERE dead_lettered_at IS NOT NULL ORDER BY aggregate_id',
+    );
     expect(rows.map((r) => r.aggregate_id)).toEqual(['c', 'd']);
+    // The two past retention are discards on record, not silently gone; the
+    // outbox retention deletes them later, with the published rows.
+    const discarded = await db.pool.query(
+      'SELECT aggregate_id, discarded_by FROM outbox_discarded_events ORDER BY aggregate_id',
+    );
+    expect(discarded.rows).toEqual([
+      { aggregate_id: 'a', discarded_by: 'cleanup: dead-letter retention' },
+      { aggregate_id: 'b', discarded_by: 'cleanup: dead-letter retention' },
+    ]);
   });
 });
 

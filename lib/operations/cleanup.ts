@@ -2,7 +2,7 @@ import type { Queryable } from '../db/queryable.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import { deleteIdleAggregateLocks } from '../sql/cleanup-aggregate-locks.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
-import { deleteDeadLetters, deleteProcessedOutboxEvents } from '../sql/cleanup-outbox-events.js';
+import { deleteProcessedOutboxEvents, discardExpiredDeadLetters } from '../sql/cleanup-outbox-events.js';
 import { deleteProcessedEventReplays, deleteProcessedEvents } from '../sql/cleanup-processed-events.js';
 import { deleteOldReplays } from '../sql/replay-events.js';
 import {
@@ -48,7 +48,12 @@ export interface CleanupReport {
   outboxEvents: CleanupTableReport;
   /** Consumer dedupe rows. */
   processedEvents: CleanupTableReport;
-  /** Dead letters; null when they are kept (no retention configured). */
+  /**
+   * Dead letters past their retention, discarded (on record in
+   * outbox_discarded_events as `cleanup: dead-letter retention`; deleted
+   * later with the published rows) unless an unfinished event of their
+   * aggregate comes after them; null when they are kept (no retention).
+   */
   deadLetters: CleanupTableReport | null;
   /** Idle rows of outbox_aggregate_locks, older than the outbox retention. */
   aggregateLocks: CleanupTableReport;
@@ -63,7 +68,8 @@ type DeleteBatch = (db: Queryable, cutoff: Date, limit: number, schema?: string)
 
 /**
  * Deletes what retention no longer needs: published outbox rows, consumer
- * dedupe rows, (only when a retention is configured) dead letters, and
+ * dedupe rows, (only when a retention is configured) dead letters (discarded,
+ * audited, rather than deleted), and
  * aggregate lock rows created before the outbox retention and not held by a
  * producer right now (enqueueEvents re-creates them when needed), each in
  * bounded batches of short transactions, oldest first, one batch of each
@@ -117,7 +123,7 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
   const tasks: Array<[string, CleanupTableReport | null, DeleteBatch]> = [
     ['outbox_events', report.outboxEvents, deleteProcessedOutboxEvents],
     ['processed_events', report.processedEvents, deleteProcessedEvents],
-    ['dead letters', report.deadLetters, deleteDeadLetters],
+    ['dead letters', report.deadLetters, discardExpiredDeadLetters],
     ['outbox_aggregate_locks', report.aggregateLocks, deleteIdleAggregateLocks],
     ['processed_event_replays', report.processedEventReplays, deleteProcessedEventReplays],
     ['outbox_replays', report.replays, deleteOldReplays],

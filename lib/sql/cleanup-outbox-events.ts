@@ -29,8 +29,22 @@ WHERE id IN (
   LIMIT $2
   FOR UPDATE SKIP LOCKED)`;
 
-const DELETE_DEAD_LETTERS = (t: OutboxTables) => `
-DELETE FROM ${t.events}
+// Dead letters past their retention are not deleted but discarded, as an
+// operator's discard would (processed_at, discarded_at, discarded_by): the
+// decision is on record (outbox_discarded_events, `discarded_by` names the
+// retention), the event leaves the dead letters and no longer holds its
+// aggregate in ordered mode, and the row goes with the published rows after
+// the outbox retention. One whose aggregate has an unfinished event after it
+// is kept (above): that is an operator's decision to make.
+const DISCARD_EXPIRED_DEAD_LETTERS = (t: OutboxTables) => `
+UPDATE ${t.events}
+SET processed_at = now(),
+    discarded_at = now(),
+    discarded_by = $3::text,
+    dead_lettered_at = NULL,
+    retry_after = NULL,
+    locked_until = NULL,
+    locked_by = NULL
 WHERE id IN (
   SELECT d.id FROM ${t.events} d
   WHERE dead_lettered_at < $1::timestamptz
@@ -42,7 +56,11 @@ WHERE id IN (
         AND u.seq > d.seq)
   ORDER BY dead_lettered_at
   LIMIT $2
-  FOR UPDATE SKIP LOCKED)`;
+  FOR UPDATE SKIP LOCKED)
+  AND dead_lettered_at IS NOT NULL`;
+
+/** Who discarded a dead letter that its retention expired. */
+export const RETENTION_DISCARDER = 'cleanup: dead-letter retention';
 
 /** Deletes at most `limit` outbox rows published before `cutoff`; returns how many. */
 export async function deleteProcessedOutboxEvents(
@@ -55,13 +73,20 @@ export async function deleteProcessedOutboxEvents(
   return result.rowCount ?? 0;
 }
 
-/** Deletes at most `limit` dead letters dead-lettered before `cutoff`; returns how many. */
-export async function deleteDeadLetters(
+/**
+ * Discards (audited, see above) at most `limit` dead letters dead-lettered
+ * before `cutoff` with nothing unfinished behind them; returns how many.
+ */
+export async function discardExpiredDeadLetters(
   db: Queryable,
   cutoff: Date,
   limit: number,
   schema?: string,
 ): Promise<number> {
-  const result = await db.query(DELETE_DEAD_LETTERS(outboxTables(schema)), [cutoff, limit]);
+  const result = await db.query(DISCARD_EXPIRED_DEAD_LETTERS(outboxTables(schema)), [
+    cutoff,
+    limit,
+    RETENTION_DISCARDER,
+  ]);
   return result.rowCount ?? 0;
 }
