@@ -312,6 +312,20 @@ describe('published contracts', () => {
       'order.created.v1',
       'order.created.v2',
     ]);
+    // Two queues of one name in two accounts are two channels.
+    const twin = asyncApiDocument(events, {
+      title: 'Twins',
+      routes: [
+        {
+          match: 'order.*',
+          targets: [
+            { type: 'sqs', queueUrl: 'https://sqs.eu-north-1.amazonaws.com/111111111111/orders' },
+            { type: 'sqs', queueUrl: 'https://sqs.eu-north-1.amazonaws.com/222222222222/orders' },
+          ],
+        },
+      ],
+    });
+    expect(Object.keys(twin.channels as object)).toEqual(['sqs-orders', 'sqs-orders-2']);
     // A document that is not AsyncAPI is refused: the check can fail.
     const broken = { ...document, channels: { bad: { address: 42 } } };
     const check = await new Parser().validate(broken as never);

@@ -134,6 +134,17 @@ export function asyncApiDocument<Defs extends Record<string, EventSpec>>(
     { address: string | null; description: string; messages: Record<string, unknown> }
   > = {};
   const operations: Record<string, unknown> = {};
+  // Two queues of one name (other accounts or regions) are two channels.
+  const idsByAddress = new Map<string, string>();
+  const uniqueChannel = (c: ReturnType<typeof channelOf>) => {
+    let id = idsByAddress.get(c.address);
+    if (id === undefined) {
+      id = c.id;
+      for (let n = 2; [...idsByAddress.values()].includes(id); n++) id = `${c.id}-${n}`;
+      idsByAddress.set(c.address, id);
+    }
+    return { ...c, id };
+  };
 
   for (const contract of contracts.list()) {
     const keys = table.resolve(contract.type) ?? [];
@@ -163,7 +174,7 @@ export function asyncApiDocument<Defs extends Record<string, EventSpec>>(
           payload: { $ref: `#/components/schemas/${messageId}` },
         };
         const channel = target
-          ? channelOf(target)
+          ? uniqueChannel(channelOf(target))
           : {
               id: 'unrouted',
               address: null,

@@ -80,8 +80,22 @@ export function contractsCommand(cli: Command): void {
           ...(routes ? { routes } : {}),
         });
         await mkdir(path.join(options.out, 'schemas'), { recursive: true });
-        for (const [id, schema] of Object.entries(schemas)) {
-          const file = path.join(options.out, 'schemas', `${id}.json`);
+        // Event types are free text: a file name of their safe characters only, never a path.
+        const names = new Map<string, string>();
+        for (const id of Object.keys(schemas)) {
+          const name = id.replace(/[^A-Za-z0-9._-]/g, '_');
+          const clash = names.get(name);
+          if (clash !== undefined) {
+            throw new ConfigError(
+              '--module',
+              `event types ${clash} and ${id} would both be written to ${name}.json`,
+            );
+          }
+          names.set(name, id);
+        }
+        for (const [name, id] of names) {
+          const schema = schemas[id];
+          const file = path.join(options.out, 'schemas', `${name}.json`);
           await writeFile(file, `${JSON.stringify(schema, null, 2)}\n`);
           print(file);
         }
