@@ -15,7 +15,13 @@
 --
 -- A held head is in neither part a claim reads, so the claim's second look
 -- (lib/sql/claim-batch.ts) costs what there is to claim, not what is held.
--- (On a large live table, create them CONCURRENTLY by hand before migrating.)
+-- The price: retry_after is now an indexed column, so an outcome that sets
+-- or clears it (a retry with a wait, releaseWaiting) is no HOT update and
+-- writes its index entries; events held back behind an earlier one of their
+-- aggregate are recorded without a retry_after, so the common retry of
+-- ordered runs does not pay it. On a large live table, create both indexes
+-- CONCURRENTLY by hand before migrating (this file then finds them).
+
 CREATE INDEX IF NOT EXISTS outbox_events_ready
   ON outbox_events (seq)
   WHERE retry_after IS NULL AND processed_at IS NULL AND dead_lettered_at IS NULL;
