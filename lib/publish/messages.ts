@@ -51,14 +51,12 @@ function occurredAt(event: Pick<OutboxEvent, 'createdAt'>): string {
 }
 
 /**
- * JSON text without the white space between tokens. PostgreSQL prints jsonb
- * with a space after every `:` and `,`; dropping it changes no value (string
- * contents are kept as they are) and keeps messages as small as
- * `JSON.stringify` would make them. One pass over the characters (about
- * 1.5 µs for a 250-byte payload; a regular expression took 5).
+ * Calls `segment(start, end)` for each run of `text` that survives
+ * compaction: everything but the white space between tokens (PostgreSQL
+ * prints jsonb with a space after every `:` and `,`). String contents are
+ * kept as they are. One pass over the characters.
  */
-export function compactJson(text: string): string {
-  let out = '';
+function compactSegments(text: string, segment: (start: number, end: number) => void): void {
   let start = 0;
   let inString = false;
   for (let i = 0; i < text.length; i++) {
@@ -70,29 +68,36 @@ export function compactJson(text: string): string {
     } else if (c === 34) {
       inString = true;
     } else if (c === 32 || c === 10 || c === 13 || c === 9) {
-      out += text.slice(start, i);
+      if (i > start) segment(start, i);
       start = i + 1;
     }
   }
-  return start === 0 ? text : out + text.slice(start);
+  if (start < text.length) segment(start, text.length);
+}
+
+/**
+ * JSON text without the white space between tokens; dropping it changes no
+ * value and keeps messages as small as `JSON.stringify` would make them
+ * (about 1.5 µs for a 250-byte payload; a regular expression took 5).
+ */
+export function compactJson(text: string): string {
+  let out = '';
+  let whole = true;
+  compactSegments(text, (start, end) => {
+    if (start !== 0 || end !== text.length) whole = false;
+    out += text.slice(start, end);
+  });
+  return whole ? text : out;
 }
 
 /** UTF-8 bytes of {@link compactJson}'s result, counted without building it. */
 export function compactJsonBytes(text: string): number {
-  let removed = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 92) i++;
-      else if (c === 34) inString = false;
-    } else if (c === 34) {
-      inString = true;
-    } else if (c === 32 || c === 10 || c === 13 || c === 9) {
-      removed++;
-    }
-  }
-  return Buffer.byteLength(text) - removed;
+  let kept = 0;
+  compactSegments(text, (start, end) => {
+    kept += end - start;
+  });
+  // Removed characters are all one-byte white space.
+  return Buffer.byteLength(text) - (text.length - kept);
 }
 
 /**
@@ -104,21 +109,9 @@ export function compactJsonBytes(text: string): number {
 export function compactJsonBuffer(text: string): Buffer {
   const buffer = Buffer.allocUnsafe(compactJsonBytes(text));
   let offset = 0;
-  let start = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 92) i++;
-      else if (c === 34) inString = false;
-    } else if (c === 34) {
-      inString = true;
-    } else if (c === 32 || c === 10 || c === 13 || c === 9) {
-      if (i > start) offset += buffer.write(text.slice(start, i), offset, 'utf8');
-      start = i + 1;
-    }
-  }
-  if (start < text.length) offset += buffer.write(text.slice(start), offset, 'utf8');
+  compactSegments(text, (start, end) => {
+    offset += buffer.write(text.slice(start, end), offset, 'utf8');
+  });
   return offset === buffer.length ? buffer : buffer.subarray(0, offset);
 }
 

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { type OutboxTables, outboxTables } from '../db/schema.js';
+import { discardSet } from './redrive-dead-letters.js';
 
 // Why they are shaped this way:
 // - One bounded statement per call, committed on its own: each batch holds
@@ -37,14 +38,7 @@ WHERE id IN (
 // the outbox retention. One whose aggregate has an unfinished event after it
 // is kept (above): that is an operator's decision to make.
 const DISCARD_EXPIRED_DEAD_LETTERS = (t: OutboxTables) => `
-UPDATE ${t.events}
-SET processed_at = now(),
-    discarded_at = now(),
-    discarded_by = $3::text,
-    dead_lettered_at = NULL,
-    retry_after = NULL,
-    locked_until = NULL,
-    locked_by = NULL
+UPDATE ${t.events}${discardSet('$3')}
 WHERE id IN (
   SELECT d.id FROM ${t.events} d
   WHERE dead_lettered_at < $1::timestamptz

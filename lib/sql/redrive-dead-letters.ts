@@ -93,15 +93,18 @@ RETURNING id`;
 // it leaves the dead-letter view and no longer holds its aggregate in ordered
 // mode. discarded_at / discarded_by record that it was never sent and who
 // decided; last_error keeps why it had been dead-lettered.
-const DISCARD = (t: OutboxTables) => `
-UPDATE ${t.events}
+/** The columns of a discard; `by` is the parameter naming who decided. Shared with cleanup's retention. */
+export const discardSet = (by: string) => `
 SET processed_at = now(),
     discarded_at = now(),
-    discarded_by = $2::text,
+    discarded_by = ${by}::text,
     dead_lettered_at = NULL,
     retry_after = NULL,
     locked_until = NULL,
-    locked_by = NULL
+    locked_by = NULL`;
+
+const DISCARD = (t: OutboxTables) => `
+UPDATE ${t.events}${discardSet('$2')}
 WHERE id = ANY($1::uuid[])
   AND dead_lettered_at IS NOT NULL
 RETURNING id`;
