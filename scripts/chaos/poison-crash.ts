@@ -22,7 +22,9 @@ export function crashOnPoison(
     async publish(events, context) {
       const poison = events.find((e) => e.payloadJson.includes(marker));
       if (!poison) return publisher.publish(events, context);
-      const rest = events.filter((e) => e !== poison);
+      // Another poison in the same batch (both redriven together) must not
+      // be published by the crashing relay either: it is no neighbour.
+      const rest = events.filter((e) => !e.payloadJson.includes(marker));
       const inFlight = rest.length > 0 ? publisher.publish(rest, context).catch(() => []) : undefined;
       await report(
         poison.id,
