@@ -49,6 +49,9 @@ async function billed(tail: LogTail): Promise<{ gbSeconds: number; invocations: 
   let gbSeconds = 0;
   let invocations = 0;
   for (const line of await tail.poll()) {
+    // A relay that cannot work (no database, no permission) ends in a moment: not an idle relay.
+    if (/^(Error|.*"level":"ERROR")/.test(line))
+      throw new Error(`the deployed relay failed: ${line.slice(0, 300)}`);
     const report = /^REPORT RequestId: .*Billed Duration: (\d+) ms\s+Memory Size: (\d+) MB/.exec(line);
     if (!report) continue;
     invocations++;
@@ -108,6 +111,8 @@ async function latency(count: number, wake: (() => Promise<void>) | undefined) {
     );
     if (rows.length === ids.length || Date.now() > deadline) {
       const ms = rows.map((r) => Number(r.ms)).sort((a, b) => a - b);
+      if (ms.length < ids.length)
+        throw new Error(`${ids.length - ms.length} of ${ids.length} events not published within 2 minutes`);
       return {
         events: ids.length,
         published: ms.length,
@@ -126,7 +131,7 @@ try {
   stack = await deployStack({
     endpoint: emulator.endpoint,
     databaseUrl,
-    stage: 'bench',
+    stage: 'local',
     params: { relayMode: 'elastic' },
   });
   const elasticIdle = await idleCost(stack, 'elastic');
@@ -145,7 +150,7 @@ try {
   stack = await deployStack({
     endpoint: emulator.endpoint,
     databaseUrl,
-    stage: 'bench',
+    stage: 'local',
     params: { relayMode: 'always-on' },
   });
   const alwaysOnIdle = await idleCost(stack, 'always-on');
