@@ -125,15 +125,14 @@ async function latency(count: number, wake: (() => Promise<void>) | undefined) {
   }
 }
 
+/** The stack of stage local (no TLS to the local PostgreSQL), in this relay mode; a redeploy updates it. */
+const deploy = (relayMode: 'elastic' | 'always-on') =>
+  deployStack({ endpoint: emulator.endpoint, databaseUrl, stage: 'local', params: { relayMode } });
+
 let stack: DeployedStack;
 try {
   log('deploying the stack, relayMode elastic…');
-  stack = await deployStack({
-    endpoint: emulator.endpoint,
-    databaseUrl,
-    stage: 'local',
-    params: { relayMode: 'elastic' },
-  });
+  stack = await deploy('elastic');
   const elasticIdle = await idleCost(stack, 'elastic');
   const waker = createRelayWaker({
     functionName: stack.functionName('relay'),
@@ -147,12 +146,7 @@ try {
   log(`  ${JSON.stringify(scheduled)}`);
 
   log('redeploying the same stack, relayMode always-on…');
-  stack = await deployStack({
-    endpoint: emulator.endpoint,
-    databaseUrl,
-    stage: 'local',
-    params: { relayMode: 'always-on' },
-  });
+  stack = await deploy('always-on');
   const alwaysOnIdle = await idleCost(stack, 'always-on');
 
   const elastic = {

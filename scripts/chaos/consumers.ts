@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { alive, killNow, livePids, stopChildren } from './children.js';
 import type { ConsumerReport, Receipt } from './consumer-protocol.js';
 
 const ENTRY = fileURLToPath(new URL('./consumer-process.ts', import.meta.url));
@@ -21,8 +22,6 @@ export interface ConsumerFleetStats {
   /** Processes that died on their own. */
   crashes: number;
 }
-
-const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
 
 interface Slot {
   index: number;
@@ -74,7 +73,7 @@ export class ConsumerFleet {
   }
 
   pids(): number[] {
-    return this.slots.flatMap((s) => (s.child?.pid && alive(s.child) ? [s.child.pid] : []));
+    return livePids(this.slots.map((s) => s.child));
   }
 
   async start(): Promise<void> {
@@ -209,26 +208,14 @@ export class ConsumerFleet {
   /** Asks every consumer to finish its batch and exit; SIGKILLs those still up after `graceMs`. */
   async stop(graceMs = 20_000): Promise<void> {
     this.stopping = true;
-    await Promise.all(
-      this.slots.map(async (slot) => {
-        const child = slot.child;
-        if (!child?.pid || !alive(child)) return;
-        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-        await exited;
-        clearTimeout(timer);
-      }),
+    await stopChildren(
+      this.slots.map((s) => s.child),
+      graceMs,
     );
   }
 
+  /** Synchronous last resort (process exit): SIGKILL every child by pid. */
   killAllNow(): void {
-    for (const pid of this.pids()) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
+    killNow(this.pids());
   }
 }

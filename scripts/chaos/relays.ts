@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { alive, killNow, livePids, stopChildren } from './children.js';
 import { type RelayReport, TIMEOUT_EXIT_CODE } from './relay-protocol.js';
 
 const ENTRY = fileURLToPath(new URL('./relay-process.ts', import.meta.url));
@@ -27,8 +28,6 @@ export interface FleetStats {
   dead_lettered: number;
   lease_lost: number;
 }
-
-const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
 
 interface Slot {
   index: number;
@@ -92,7 +91,7 @@ export class RelayFleet {
 
   /** Pids of the relay processes alive now. */
   pids(): number[] {
-    return this.slots.flatMap((s) => (s.child?.pid && alive(s.child) ? [s.child.pid] : []));
+    return livePids(this.slots.map((s) => s.child));
   }
 
   async start(): Promise<void> {
@@ -215,27 +214,14 @@ export class RelayFleet {
   /** Asks every relay to finish its invocation and exit; SIGKILLs those still up after `graceMs`. */
   async stop(graceMs = 25_000): Promise<void> {
     this.stopping = true;
-    await Promise.all(
-      this.slots.map(async (slot) => {
-        const child = slot.child;
-        if (!child?.pid || !alive(child)) return;
-        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-        await exited;
-        clearTimeout(timer);
-      }),
+    await stopChildren(
+      this.slots.map((s) => s.child),
+      graceMs,
     );
   }
 
-  /** Synchronous last resort (process exit): SIGKILL every relay by pid. */
+  /** Synchronous last resort (process exit): SIGKILL every child by pid. */
   killAllNow(): void {
-    for (const pid of this.pids()) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
+    killNow(this.pids());
   }
 }
