@@ -152,7 +152,7 @@ try {
   const elastic = {
     machine: `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, node ${process.version}, MiniStack (local Lambda executor, Node 22)`,
     date: new Date().toISOString(),
-    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; wake: one order every 10 s, relay idle tail 3 s, waker keep-alive 2 s`,
+    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail 3 s, waker keep-alive 2 s`,
     idle_gb_s_per_hour: elasticIdle.gbSecondsPerHour,
     always_on_gb_s_per_hour: alwaysOnIdle.gbSecondsPerHour,
     idle_invocations: { elastic: elasticIdle.invocations, always_on: alwaysOnIdle.invocations },

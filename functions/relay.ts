@@ -9,6 +9,7 @@ import pg from 'pg';
 import { databaseConfig } from 'pg-lambda-outbox/lambda';
 import {
   createAwsPublisher,
+  isWakeEvent,
   listenSignal,
   loadRelayConfig,
   logTargetChanges,
@@ -84,13 +85,21 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     });
   }
 
-  /** Drains until the time budget is nearly spent, then returns a summary. */
-  return async function relayHandler(_event: unknown, context: Context): Promise<RelaySummary> {
+  /**
+   * Drains until the time budget is nearly spent, or (elastic relay, with an
+   * idle tail) until there is no more work, then returns a summary. A run of
+   * the schedule that finds nothing at its first claim returns at once; a run
+   * woken by a producer keeps its tail from the start.
+   */
+  return async function relayHandler(event: unknown, context: Context): Promise<RelaySummary> {
     relay ??= buildRelay().catch((error) => {
       relay = undefined; // retry the setup on the next invocation
       throw error;
     });
-    const summary = await (await relay).run({ remainingMs: () => context.getRemainingTimeInMillis() });
+    const summary = await (await relay).run({
+      remainingMs: () => context.getRemainingTimeInMillis(),
+      leaveIfEmpty: !isWakeEvent(event),
+    });
     logger.info('relay run finished', { ...summary });
     return summary;
   };

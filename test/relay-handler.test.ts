@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { TargetProxy } from '../scripts/chaos/target-proxy.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
@@ -91,6 +92,28 @@ describe('functions/relay handler', () => {
     } finally {
       await proxy.stop();
     }
+  });
+
+  it('elastic (an idle tail): an empty schedule tick returns at once; a wake keeps its tail', async () => {
+    const { sqs } = awsClients();
+    const queue = await createQueue(sqs, uniqueName('handler-elastic'));
+    await db.pool.query('TRUNCATE outbox_events');
+    const { relayHandler } = await coldStart({
+      OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
+      OUTBOX_IDLE_TAIL_MS: '1500',
+      OUTBOX_SAFETY_MARGIN_MS: '2000',
+    });
+    const scheduled = { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} };
+    let started = Date.now();
+    const tick = await relayHandler(scheduled, lambdaContext(30_000) as never);
+    expect(tick).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(Date.now() - started).toBeLessThan(1_000);
+
+    started = Date.now();
+    const woken = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(30_000) as never);
+    expect(woken).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_500);
+    expect(Date.now() - started).toBeLessThan(5_000);
   });
 
   it('a bad variable fails the cold start with its name', async () => {

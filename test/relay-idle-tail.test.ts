@@ -43,8 +43,8 @@ describe('the idle tail', () => {
   it('keeps draining while work arrives and returns a tail after the last of it', async () => {
     const { routes, url } = await routesToNewQueue();
     const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 800, idleWaitMs: 100, workers: 2 });
-    await insertEvents(db.pool, 500); // a backlog to start with
-    let written = 500;
+    await insertEvents(db.pool, 100); // a backlog to start with
+    let written = 100;
     // Then an event every 150 ms for 3 s: never a gap as long as the tail.
     const producing = (async () => {
       for (let i = 0; i < 20; i++) {
@@ -64,11 +64,58 @@ describe('the idle tail', () => {
     expect(await drainQueue(aws.sqs, url, written)).toHaveLength(written);
   }, 60_000);
 
+  it('leaveIfEmpty: a run whose first claim finds nothing returns at once, without the tail', async () => {
+    const { routes } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 3_000, idleWaitMs: 100, workers: 3 });
+    const started = performance.now();
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', claimed: 0, batches: 0 });
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it('leaveIfEmpty: a run whose first claim finds work drains with every worker, then keeps its tail', async () => {
+    const { routes, url } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, {
+      idleTailMs: 600,
+      idleWaitMs: 100,
+      workers: 2,
+      batchSize: 20,
+    });
+    await insertEvents(db.pool, 120);
+    const late = (async () => {
+      await new Promise((r) => setTimeout(r, 400));
+      await insertEvents(db.pool, 1, () => ({ aggregateId: 'late' }));
+    })();
+    // Both workers claim: the second starts once the first has found work.
+    const claimers = new Set<number>();
+    const watching = setInterval(async () => {
+      const { rows } = await db.pool.query(
+        'SELECT count(DISTINCT locked_by)::int AS n FROM outbox_events WHERE locked_until > now() AND processed_at IS NULL',
+      );
+      claimers.add(rows[0].n);
+    }, 5);
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    clearInterval(watching);
+    await late;
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', published: 121, deadLettered: 0 });
+    expect(Math.max(...claimers)).toBe(2);
+    expect(await drainQueue(aws.sqs, url, 121)).toHaveLength(121);
+  }, 60_000);
+
   it('without a tail (the default), a run polls to its budget as before', async () => {
     const { routes } = await routesToNewQueue();
     const { relay } = emulatorRelay(db.pool, aws, routes, { idleWaitMs: 100 });
     const started = performance.now();
     const summary = await relay.run({ remainingMs: budget(1_500), skipStats: true });
+    expect(summary.stoppedBecause).toBe('time');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
+  });
+
+  it('without a tail, leaveIfEmpty changes nothing: an always-on run polls to its budget', async () => {
+    const { routes } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleWaitMs: 100 });
+    const started = performance.now();
+    const summary = await relay.run({ remainingMs: budget(1_500), skipStats: true, leaveIfEmpty: true });
     expect(summary.stoppedBecause).toBe('time');
     expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
   });

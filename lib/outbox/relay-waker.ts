@@ -1,6 +1,7 @@
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import { importOptional } from '../optional-dependency.js';
+import { WAKE_SOURCE } from '../relay/invocation.js';
 
 /**
  * What the waker needs of a Lambda client: its `send`. Written out so that
@@ -87,7 +88,7 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
       new InvokeCommand({
         FunctionName: options.functionName,
         InvocationType: 'Event',
-        Payload: Buffer.from(JSON.stringify({ source: 'pg-lambda-outbox.wake' })),
+        Payload: Buffer.from(JSON.stringify({ source: WAKE_SOURCE })),
       }),
       { abortSignal: AbortSignal.timeout(timeoutMs) },
     );

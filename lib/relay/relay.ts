@@ -67,6 +67,14 @@ export interface RunOptions {
   remainingMs: () => number;
   /** Return as soon as a claim finds nothing (benchmarks, tests, the CLI). */
   stopWhenIdle?: boolean;
+  /**
+   * Return at once when the run's first claim finds nothing, without the idle
+   * tail; once it has found work, the tail applies as usual. For the
+   * schedule's safety-net runs of an elastic relay: an idle tick then costs
+   * one claim, while a woken run keeps its tail for the events that follow.
+   * Ignored without an idle tail (`idleTailMs: null`, always on).
+   */
+  leaveIfEmpty?: boolean;
   abortSignal?: AbortSignal;
   /** Skip the closing outbox stats query. */
   skipStats?: boolean;
@@ -524,7 +532,27 @@ export class Relay {
     let lastWorkAt = performance.now();
     const tailMs = this.options.idleTailMs;
 
-    const loop = async () => {
+    // leaveIfEmpty: one worker makes the first claim; the others start after it.
+    let firstClaim: (() => void) | undefined;
+    const firstClaimDone = new Promise<void>((resolve) => {
+      firstClaim = resolve;
+    });
+    const leaveIfEmpty = run.leaveIfEmpty === true && tailMs !== null;
+    if (!leaveIfEmpty) firstClaim?.();
+
+    const loop = async (worker: number) => {
+      if (worker > 0) {
+        await firstClaimDone;
+        return work();
+      }
+      try {
+        await work();
+      } finally {
+        firstClaim?.(); // a first loop that ended before its first claim
+      }
+    };
+
+    const work = async () => {
       // A dropped connection (failover, a terminated backend, RDS Proxy
       // recycling) fails one statement; the pool opens a new connection for
       // the next. Only when it keeps happening does the invocation fail.
@@ -541,6 +569,7 @@ export class Relay {
         try {
           report = await this.processBatch({ budgetMs: run.remainingMs() - reserveMs });
         } catch (error) {
+          firstClaim?.();
           if (isConnectionLost(error) && lostInARow < 3 && timeLeft() > 0) {
             lostInARow++;
             this.logger.warn('database connection lost; carrying on with a new one', {
@@ -574,6 +603,12 @@ export class Relay {
             bump(total.deadLetteredByType, t, n);
         }
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
+        if (leaveIfEmpty && total.batches === 0 && report.claimed === 0) {
+          stoppedBecause = 'idle';
+          stop = true;
+        }
+        firstClaim?.();
+        if (stop) break;
         if (report.claimed === 0) {
           if (run.stopWhenIdle) {
             stoppedBecause = 'idle';
@@ -597,7 +632,9 @@ export class Relay {
       }
     };
 
-    const results = await Promise.allSettled(Array.from({ length: this.options.workers }, loop));
+    const results = await Promise.allSettled(
+      Array.from({ length: this.options.workers }, (_, worker) => loop(worker)),
+    );
     this.logWaiting(true);
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     const summary: RelaySummary = {

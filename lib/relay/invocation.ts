@@ -1,0 +1,15 @@
+/** The payload `createRelayWaker` sends: a producer committed events and wants them out now. */
+export const WAKE_SOURCE = 'pg-lambda-outbox.wake';
+
+/**
+ * Whether a relay invocation was started by a producer's wake
+ * (`createRelayWaker`). A woken run keeps its idle tail from the start, for
+ * the events that follow the one it was woken for; any other run (the
+ * schedule's safety net) returns at once when its first claim finds nothing
+ * (`RunOptions.leaveIfEmpty`).
+ */
+export function isWakeEvent(event: unknown): boolean {
+  return (
+    typeof event === 'object' && event !== null && (event as { source?: unknown }).source === WAKE_SOURCE
+  );
+}
