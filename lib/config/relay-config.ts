@@ -42,6 +42,11 @@ export interface RelayConfig {
  *   events are dead-lettered), `OUTBOX_LARGE_PAYLOAD_PREFIX` (key prefix, default `payloads`)
  * - `OUTBOX_IDLE_TAIL_MS` (scale to zero: an invocation returns after this long without work;
  *   unset: it polls to its time budget)
+ * - `OUTBOX_MAX_RELAYS` (scale out: relays at once, each holding a slot of `outbox_relay_slots`;
+ *   unset: no slots, no scale-out), `OUTBOX_SCALE_OUT_BACKLOG` (ready events that start more,
+ *   default 1,000), `OUTBOX_SCALE_OUT_AGE_MS` (or the age of the oldest ready event, default 10 s),
+ *   `OUTBOX_DB_CONNECTION_BUDGET` (database connections all relays together may open; checked
+ *   against `OUTBOX_MAX_RELAYS × (OUTBOX_WORKERS + 1, + 1 with OUTBOX_LISTEN)` when set)
  * - `OUTBOX_CLAIM_MAX_BYTES` (payload bytes per claim; default derived from the function's
  *   memory, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: see {@link claimBytesForMemory})
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
@@ -75,6 +80,9 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     idleWaitMs: readVar(env, 'OUTBOX_IDLE_WAIT_MS', intVar(1, 60_000)),
     idleWaitMinMs: readVar(env, 'OUTBOX_IDLE_WAIT_MIN_MS', intVar(1, 60_000)),
     idleTailMs: readVar(env, 'OUTBOX_IDLE_TAIL_MS', intVar(0, 900_000)),
+    maxRelays: readVar(env, 'OUTBOX_MAX_RELAYS', intVar(1, 1000)),
+    scaleOutBacklog: readVar(env, 'OUTBOX_SCALE_OUT_BACKLOG', intVar(1, 10_000_000)),
+    scaleOutAgeMs: readVar(env, 'OUTBOX_SCALE_OUT_AGE_MS', intVar(1, 86_400_000)),
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
     publishedRows: readVar(
       env,
@@ -98,18 +106,47 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       );
     }
   }
+  const listen = readVar(env, 'OUTBOX_LISTEN', boolVar) ?? false;
+  checkConnectionBudget(relay, listen, readVar(env, 'OUTBOX_DB_CONNECTION_BUDGET', intVar(1, 100_000)));
   return {
     relay,
     routes,
     eventSource: readVar(env, 'OUTBOX_EVENT_SOURCE', z.string().min(1).max(256).default('outbox')),
     concurrency: readVar(env, 'OUTBOX_CONCURRENCY', intVar(1, 256)) ?? 8,
-    listen: readVar(env, 'OUTBOX_LISTEN', boolVar) ?? false,
+    listen,
     circuit: {
       failureThreshold: readVar(env, 'OUTBOX_TARGET_FAILURES', intVar(1, 100)),
       probeMaxMs: readVar(env, 'OUTBOX_TARGET_PROBE_MAX_MS', intVar(1_000, 3_600_000)),
     },
     largePayloads: largePayloadVars(env),
   };
+}
+
+/**
+ * Database connections one Lambda relay opens: its pool (a connection per
+ * worker and one for the outcomes and checks) and, with OUTBOX_LISTEN, the
+ * LISTEN connection.
+ */
+export function relayConnections(workers: number | undefined, listen: boolean): number {
+  return (workers ?? RELAY_DEFAULTS.workers) + 1 + (listen ? 1 : 0);
+}
+
+/**
+ * Scale out must not take the database's connections: `OUTBOX_MAX_RELAYS`
+ * relays of {@link relayConnections} each must fit
+ * `OUTBOX_DB_CONNECTION_BUDGET` when it is set (the reference stack sets it:
+ * stage param `relayConnectionBudget`).
+ */
+function checkConnectionBudget(relay: RelayOptions, listen: boolean, budget: number | undefined) {
+  if (budget === undefined) return;
+  const relays = relay.maxRelays ?? 1;
+  const each = relayConnections(relay.workers, listen);
+  if (relays * each > budget) {
+    throw new ConfigError(
+      'OUTBOX_MAX_RELAYS',
+      `${relays} relays × ${each} database connections each (OUTBOX_WORKERS ${relay.workers ?? RELAY_DEFAULTS.workers} + 1${listen ? ' + 1 for OUTBOX_LISTEN' : ''}) = ${relays * each}, more than OUTBOX_DB_CONNECTION_BUDGET (${budget}); lower OUTBOX_MAX_RELAYS or OUTBOX_WORKERS, or raise the budget if the database has the connections`,
+    );
+  }
 }
 
 const MIB = 1024 * 1024;

@@ -14,6 +14,7 @@ export interface OutboxTables {
   readonly processedEventReplays: string;
   readonly aggregateLocks: string;
   readonly replays: string;
+  readonly relaySlots: string;
   readonly deadLettersView: string;
   readonly discardedView: string;
 }
@@ -79,6 +80,7 @@ export function outboxTables(schema?: string): OutboxTables {
       processedEventReplays: name('processed_event_replays'),
       aggregateLocks: name('outbox_aggregate_locks'),
       replays: name('outbox_replays'),
+      relaySlots: name('outbox_relay_slots'),
       deadLettersView: name('outbox_dead_letters'),
       discardedView: name('outbox_discarded_events'),
     });

@@ -61,6 +61,18 @@ export interface RelayOptions {
    */
   idleTailMs?: number | null;
   /**
+   * Scale out: at most this many relay runs at once, each holding a slot of
+   * `outbox_relay_slots`; a run that finds every slot held returns at once
+   * (`stoppedBecause: 'busy'`), one that finds a backlog starts runs for the
+   * free slots through `RelayDeps.startRelays`. Null (default): no slots, no
+   * scale-out. The Lambda relay sets it from `OUTBOX_MAX_RELAYS`.
+   */
+  maxRelays?: number | null;
+  /** Ready events at which a run starts more relays (with `maxRelays`). Default 1,000. */
+  scaleOutBacklog?: number;
+  /** Age of the oldest ready event at which a run starts more relays (with `maxRelays`). Default 10 s. */
+  scaleOutAgeMs?: number;
+  /**
    * Failures of the environment (outage, throttling, access denied, timeouts)
    * do not spend attempts; an event that has kept failing that way for
    * longer than this, counted from its first such failure since it was last
@@ -113,6 +125,9 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   idleWaitMs: 200,
   idleWaitMinMs: 10,
   idleTailMs: null,
+  maxRelays: null,
+  scaleOutBacklog: 1_000,
+  scaleOutAgeMs: 10_000,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
   waitingSummaryMs: 60_000,
@@ -144,6 +159,19 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
       'idleTailMs',
       `expected milliseconds >= 0, or null for no tail (got ${String(tail)})`,
     );
+  }
+  const maxRelays = resolved.maxRelays;
+  if (maxRelays !== null && !(Number.isInteger(maxRelays) && maxRelays >= 1)) {
+    throw new ConfigError(
+      'maxRelays',
+      `expected a whole number >= 1, or null for no slots (got ${String(maxRelays)})`,
+    );
+  }
+  for (const field of ['scaleOutBacklog', 'scaleOutAgeMs'] as const) {
+    const value = resolved[field];
+    if (!(Number.isInteger(value) && value >= 1)) {
+      throw new ConfigError(field, `expected a whole number >= 1 (got ${String(value)})`);
+    }
   }
   resolved.schema = validateSchemaName(resolved.schema);
   return resolved;

@@ -9,6 +9,7 @@ import type { Publisher, PublishOutcome } from '../publish/types.js';
 import { claimBatch } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
+import { acquireRelaySlot, readyBacklog, relaySlotState, releaseRelaySlot } from '../sql/relay-slots.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
 import { backoffDelay } from './backoff.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
@@ -17,6 +18,10 @@ import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } fro
 /** Unordered mode: a claim from the start of the table at least this often (claims, ms). */
 const FULL_CLAIM_EVERY = 20;
 const FULL_CLAIM_INTERVAL_MS = 1_000;
+/** Scale out: a draining run looks at the backlog at most this often. */
+const SCALE_CHECK_MS = 5_000;
+/** Longest wait for a relay slot that is about to free up. */
+const SLOT_HANDOVER_WAIT_MS = 15_000;
 
 export interface RelayDeps {
   /** Runs single statements; a `pg.Pool` (each claim and each outcome commits on its own). */
@@ -31,6 +36,12 @@ export interface RelayDeps {
   random?: () => number;
   /** Clock for the maximum pending age (tests compress time with it). */
   now?: () => number;
+  /**
+   * Scale out (with `maxRelays`): starts `count` more relay runs, without
+   * waiting for them (the Lambda relay: asynchronous invocations of its own
+   * function). Each takes a free slot or returns at once.
+   */
+  startRelays?: (count: number) => Promise<void>;
 }
 
 /** What one claim-publish-complete cycle did. */
@@ -57,9 +68,14 @@ export interface BatchReport {
 export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
   batches: number;
   durationMs: number;
-  stoppedBecause: 'time' | 'idle' | 'aborted';
+  /** `busy`: with `maxRelays`, every relay slot was held; the run claimed nothing. */
+  stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy';
   /** Outbox state when the run ended. */
   stats?: OutboxStats;
+  /** With `maxRelays`: the relay slot the run held. */
+  slot?: number;
+  /** With `maxRelays`: relay runs this one started for a backlog. */
+  relaysStarted?: number;
 }
 
 export interface RunOptions {
@@ -512,6 +528,97 @@ export class Relay {
    * returns a summary. Metrics are recorded once at the end.
    */
   async run(run: RunOptions): Promise<RelaySummary> {
+    const maxRelays = this.options.maxRelays;
+    if (maxRelays === null) return this.drain(run);
+    const holder = randomUUID();
+    const slot = await this.takeSlot(run, holder, maxRelays);
+    if (slot === undefined) {
+      this.logger.info('every relay slot is held; this run leaves the outbox to them', {
+        max_relays: maxRelays,
+      });
+      return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+    }
+    this.relaysStarted = 0;
+    let summary: RelaySummary;
+    try {
+      summary = await this.drain(run, maxRelays);
+    } finally {
+      await releaseRelaySlot(this.deps.db, slot, holder, this.options.schema).catch((error) =>
+        // It frees itself when the run's budget ends.
+        this.logger.warn('could not release the relay slot', { slot, error: String(error) }),
+      );
+    }
+    // Out of time with a backlog left: relays for the free slots, this one's included.
+    if (summary.stoppedBecause === 'time') await this.scaleOut(maxRelays, 'the run ended with a backlog');
+    return { ...summary, slot, relaysStarted: this.relaysStarted };
+  }
+
+  /** Relay runs started by this one's backlog checks (scale-out). */
+  private relaysStarted = 0;
+  private lastScaleCheckAt = Number.NEGATIVE_INFINITY;
+  private scaling = false;
+
+  /**
+   * A free slot, or undefined when all are held. When the first held slot
+   * frees up soon (a run near its end: the schedule's next run of an
+   * always-on relay overlaps the last one by a few seconds), waits for it.
+   */
+  private async takeSlot(run: RunOptions, holder: string, maxRelays: number): Promise<number | undefined> {
+    for (let attempt = 0; ; attempt++) {
+      // Held for the invocation's budget: a relay that dies frees it when its invocation would have ended.
+      const holdMs = Math.min(Math.max(run.remainingMs(), 1_000), 86_400_000);
+      const slot = await acquireRelaySlot(this.deps.db, {
+        holder,
+        maxRelays,
+        holdMs,
+        schema: this.options.schema,
+      });
+      if (slot !== undefined || attempt >= 2) return slot;
+      const { nextFreeMs } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      const timeLeft = run.remainingMs() - this.options.safetyMarginMs;
+      if (nextFreeMs > Math.min(SLOT_HANDOVER_WAIT_MS, timeLeft / 2)) return undefined;
+      await sleep(nextFreeMs + 50);
+    }
+  }
+
+  /**
+   * With a backlog (ready events up to `scaleOutBacklog`, or the oldest of
+   * them `scaleOutAgeMs` old), starts relays for the free slots. Checked at
+   * most every SCALE_CHECK_MS while a run finds work, and when it ends out of
+   * time. A failed check only costs the scale-out.
+   */
+  private async scaleOut(maxRelays: number, why: string): Promise<void> {
+    const start = this.deps.startRelays;
+    if (!start || this.scaling) return;
+    this.scaling = true;
+    this.lastScaleCheckAt = performance.now();
+    try {
+      const backlog = await readyBacklog(this.deps.db, {
+        upTo: this.options.scaleOutBacklog,
+        schema: this.options.schema,
+      });
+      if (backlog.ready < this.options.scaleOutBacklog && backlog.oldestMs < this.options.scaleOutAgeMs)
+        return;
+      const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      const free = maxRelays - held;
+      if (free <= 0) return;
+      await start(free);
+      this.relaysStarted += free;
+      this.logger.info('backlog: started more relays', {
+        why,
+        started: free,
+        max_relays: maxRelays,
+        ready_at_least: backlog.ready,
+        oldest_ready_ms: Math.round(backlog.oldestMs),
+      });
+    } catch (error) {
+      this.logger.warn('could not start more relays for the backlog', { error: String(error) });
+    } finally {
+      this.scaling = false;
+    }
+  }
+
+  private async drain(run: RunOptions, maxRelays?: number): Promise<RelaySummary> {
     const started = performance.now();
     const total = { ...emptyReport(), batches: 0 };
     const durations: number[] = [];
@@ -603,6 +710,14 @@ export class Relay {
             bump(total.deadLetteredByType, t, n);
         }
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
+        if (
+          maxRelays !== undefined &&
+          maxRelays > 1 &&
+          report.claimed > 0 &&
+          performance.now() - this.lastScaleCheckAt >= SCALE_CHECK_MS
+        ) {
+          await this.scaleOut(maxRelays, 'a backlog while draining');
+        }
         if (leaveIfEmpty && total.batches === 0 && report.claimed === 0) {
           stoppedBecause = 'idle';
           stop = true;

@@ -1,0 +1,239 @@
+// Scale out: relay slots bound how many relays run at once, and a relay that
+// finds a backlog starts more of them. Against PostgreSQL and real queues of
+// the emulator; the relays started here are real Relay runs in this process
+// (the deployed stack starts them as Lambda invocations, test/deployed-stack).
+import pg from 'pg';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { loadRelayConfig } from '../lib/config/relay-config.js';
+import { ConfigError } from '../lib/errors.js';
+import { createAwsPublisher } from '../lib/publish/router.js';
+import type { RouteConfig } from '../lib/publish/routes.js';
+import { resolveRelayOptions } from '../lib/relay/options.js';
+import { Relay, type RelaySummary } from '../lib/relay/relay.js';
+import { acquireRelaySlot, readyBacklog, relaySlotState } from '../lib/sql/relay-slots.js';
+import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
+import { useTestDatabase } from './support/database.js';
+import { captureLogger, insertEvents } from './support/events.js';
+
+const db = useTestDatabase();
+const aws = awsClients();
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
+});
+
+const budget = (ms: number) => {
+  const end = performance.now() + ms;
+  return () => end - performance.now();
+};
+
+describe('relay slots', () => {
+  it('at most maxRelays holders at once, however many ask together; an expired slot is taken over', async () => {
+    // Ten relays ask at once, each on its own connection.
+    const pools = Array.from({ length: 10 }, () => new pg.Pool({ connectionString: db.url, max: 1 }));
+    try {
+      const slots = await Promise.all(
+        pools.map((pool) =>
+          acquireRelaySlot(pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 60_000 }),
+        ),
+      );
+      expect(slots.filter((s) => s !== undefined).sort()).toEqual([0, 1, 2]);
+      expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 3 });
+    } finally {
+      await Promise.all(pools.map((p) => p.end()));
+    }
+    // A holder that died: its slot frees when its time is up.
+    await db.pool.query(
+      "UPDATE outbox_relay_slots SET held_until = now() - interval '1 second' WHERE slot = 1",
+    );
+    expect(
+      await acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 1_000 }),
+    ).toBe(1);
+    expect(
+      await acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 1_000 }),
+    ).toBeUndefined();
+  });
+
+  it('readyBacklog counts ready events up to its bound and the age of the oldest', async () => {
+    await insertEvents(db.pool, 30);
+    await db.pool.query(
+      "UPDATE outbox_events SET created_at = now() - interval '20 seconds' WHERE seq = (SELECT min(seq) FROM outbox_events)",
+    );
+    const backlog = await readyBacklog(db.pool, { upTo: 25 });
+    expect(backlog.ready).toBe(25);
+    expect(backlog.oldestMs).toBeGreaterThanOrEqual(19_000);
+    expect(await readyBacklog(db.pool, { upTo: 100 })).toMatchObject({ ready: 30 });
+  });
+
+  it('a run that finds every slot held claims nothing and says so', async () => {
+    await insertEvents(db.pool, 5);
+    for (const slot of [0, 1]) {
+      await db.pool.query(
+        "INSERT INTO outbox_relay_slots VALUES ($1, gen_random_uuid(), now() + interval '10 minutes')",
+        [slot],
+      );
+    }
+    const { relay } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: 'http://unused/q' }] }], {
+      maxRelays: 2,
+    });
+    const summary = await relay.run({ remainingMs: budget(30_000), skipStats: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM outbox_events WHERE attempts > 0');
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('options: maxRelays and the scale-out thresholds are checked', () => {
+    expect(() => resolveRelayOptions({ maxRelays: 0 })).toThrow(ConfigError);
+    expect(() => resolveRelayOptions({ maxRelays: 1.5 })).toThrow(/maxRelays/);
+    expect(() => resolveRelayOptions({ scaleOutBacklog: 0 })).toThrow(/scaleOutBacklog/);
+    expect(resolveRelayOptions({}).maxRelays).toBeNull();
+  });
+
+  it('OUTBOX_MAX_RELAYS must fit OUTBOX_DB_CONNECTION_BUDGET, checked when the config loads', () => {
+    const env = {
+      OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: 'https://q/1' }] }]),
+      OUTBOX_MAX_RELAYS: '4',
+      OUTBOX_WORKERS: '2',
+    };
+    // 4 × (2 + 1) = 12 connections.
+    expect(loadRelayConfig({ ...env, OUTBOX_DB_CONNECTION_BUDGET: '12' }).relay.maxRelays).toBe(4);
+    expect(() => loadRelayConfig({ ...env, OUTBOX_DB_CONNECTION_BUDGET: '11' })).toThrow(
+      /4 relays × 3 database connections each .* = 12, more than OUTBOX_DB_CONNECTION_BUDGET \(11\)/,
+    );
+    // LISTEN holds one more each.
+    expect(() =>
+      loadRelayConfig({ ...env, OUTBOX_LISTEN: 'true', OUTBOX_DB_CONNECTION_BUDGET: '12' }),
+    ).toThrow(expect.objectContaining({ variable: 'OUTBOX_MAX_RELAYS' }));
+    expect(() => loadRelayConfig({ ...env, OUTBOX_MAX_RELAYS: '0' })).toThrow(
+      expect.objectContaining({ variable: 'OUTBOX_MAX_RELAYS' }),
+    );
+  });
+});
+
+/**
+ * A relay whose startRelays starts real relay runs in this process, each a
+ * Relay of its own, as many as asked plus `extra` (to show that the slots,
+ * not the caller, bound them). Records every run's summary.
+ */
+function relayWith(
+  routes: RouteConfig[],
+  options: ConstructorParameters<typeof Relay>[0]['options'],
+  extra = 0,
+) {
+  const runs: Promise<RelaySummary>[] = [];
+  const log = captureLogger();
+  const make = (): Relay =>
+    new Relay({
+      db: db.pool,
+      publisher: createAwsPublisher({
+        routes,
+        sqs: aws.sqs,
+        eventBridge: aws.eventBridge,
+        source: 'outbox',
+        concurrency: 4,
+      }),
+      options: { safetyMarginMs: 0, idleWaitMs: 20, idleTailMs: 300, ...options },
+      logger: log.logger,
+      startRelays: async (count) => {
+        for (let i = 0; i < count + extra; i++) {
+          runs.push(make().run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true }));
+        }
+      },
+    });
+  return { relay: make(), runs, log };
+}
+
+/** Samples the slots held until stopped: the most held at once. */
+function watchSlots() {
+  let most = 0;
+  let stopped = false;
+  const done = (async () => {
+    while (!stopped) {
+      const { rows } = await db.pool.query(
+        'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now()',
+      );
+      most = Math.max(most, rows[0].n);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  return async () => {
+    stopped = true;
+    await done;
+    return most;
+  };
+}
+
+describe('scale out', () => {
+  it('a backlog starts relays for the free slots, up to maxRelays and no more; every event goes out once', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('scale-out'));
+    const events = 300;
+    await insertEvents(db.pool, events);
+    const { relay, runs } = relayWith(
+      [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+      { maxRelays: 3, workers: 1, batchSize: 10, scaleOutBacklog: 50 },
+      2,
+    );
+    const most = watchSlots();
+    const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    const others = await Promise.all(runs);
+    expect(await most()).toBe(3);
+    expect(first.relaysStarted).toBe(2);
+    // Asked for 2 and started 4: two found no free slot.
+    expect(others.filter((s) => s.stoppedBecause === 'busy')).toHaveLength(2);
+    const total = [first, ...others].reduce((n, s) => n + s.published, 0);
+    expect(total).toBe(events);
+    expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NULL',
+    );
+    expect(rows[0].n).toBe(0);
+    const messages = await drainQueue(aws.sqs, queue.url, events, 60_000);
+    expect(new Set(messages.map((m) => JSON.parse(m.Body as string).id)).size).toBe(events);
+    expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 0 });
+  }, 120_000);
+
+  it('no backlog, no scale-out', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('scale-out-small'));
+    await insertEvents(db.pool, 20);
+    const { relay, runs } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }], {
+      maxRelays: 3,
+      scaleOutBacklog: 100,
+    });
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    expect(summary).toMatchObject({ published: 20, relaysStarted: 0, stoppedBecause: 'idle' });
+    expect(runs).toHaveLength(0);
+  });
+
+  it('ordered mode: relays started for a backlog keep every aggregate in order', async () => {
+    const queue = await createQueue(aws.sqs, `${uniqueName('scale-out-order')}.fifo`);
+    const aggregates = 12;
+    const perAggregate = 25;
+    await insertEvents(db.pool, aggregates * perAggregate, (i) => ({
+      aggregateId: `agg-${i % aggregates}`,
+      eventType: 'order.updated',
+      payload: { k: Math.floor(i / aggregates) },
+    }));
+    const { relay, runs } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }], {
+      maxRelays: 3,
+      workers: 1,
+      batchSize: 10,
+      maxPerAggregate: 2,
+      ordering: 'aggregate',
+      scaleOutBacklog: 50,
+    });
+    const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    const others = await Promise.all(runs);
+    expect(first.relaysStarted).toBe(2);
+    expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
+    const messages = await drainQueue(aws.sqs, queue.url, aggregates * perAggregate, 60_000);
+    expect(messages).toHaveLength(aggregates * perAggregate);
+    const seen = new Map<string, number[]>();
+    for (const m of messages) {
+      const body = JSON.parse(m.Body as string);
+      const group = m.Attributes?.MessageGroupId as string;
+      seen.set(group, [...(seen.get(group) ?? []), body.payload.k]);
+    }
+    expect(seen.size).toBe(aggregates);
+    for (const ks of seen.values()) expect(ks).toEqual(Array.from({ length: perAggregate }, (_, k) => k));
+  }, 120_000);
+});
