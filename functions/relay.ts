@@ -1,6 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import middy from '@middy/core';
@@ -9,7 +10,9 @@ import pg from 'pg';
 import { databaseConfig } from 'pg-lambda-outbox/lambda';
 import {
   createAwsPublisher,
+  isScaleOutEvent,
   isWakeEvent,
+  SCALE_OUT_SOURCE,
   listenSignal,
   loadRelayConfig,
   logTargetChanges,
@@ -56,6 +59,26 @@ const publisher = createAwsPublisher({
   onTargetChange: logTargetChanges(logger),
 });
 
+// Scale out (OUTBOX_MAX_RELAYS): a relay that finds a backlog starts more
+// relays by invoking its own function asynchronously; each takes a free
+// relay slot or returns at once. The role may invoke only this function.
+const lambda = config.relay.maxRelays ? new LambdaClient(sdkOptions) : undefined;
+async function startRelays(count: number): Promise<void> {
+  const functionName = process.env.AWS_LAMBDA_FUNCTION_NAME;
+  if (!lambda || !functionName) return;
+  const payload = Buffer.from(JSON.stringify({ source: SCALE_OUT_SOURCE }));
+  await Promise.all(
+    Array.from({ length: count }, () =>
+      lambda.send(
+        new InvokeCommand({ FunctionName: functionName, InvocationType: 'Event', Payload: payload }),
+      ),
+    ),
+  );
+}
+
+/** The idle tail of a relay started for a backlog when the relay has none (always on). */
+const SCALE_OUT_IDLE_TAIL_MS = 3_000;
+
 export interface RelayHandlerOptions {
   /** Wraps the AWS publisher (local fault injection, extra instrumentation). */
   wrapPublisher?: (publisher: Publisher) => Publisher;
@@ -82,6 +105,7 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
       logger,
       metrics: metricsSink,
       workSignal,
+      startRelays,
     });
   }
 
@@ -99,6 +123,8 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     const summary = await (await relay).run({
       remainingMs: () => context.getRemainingTimeInMillis(),
       leaveIfEmpty: !isWakeEvent(event),
+      // Started for a backlog: gone once it is drained, whatever the mode.
+      ...(isScaleOutEvent(event) ? { idleTailMs: config.relay.idleTailMs ?? SCALE_OUT_IDLE_TAIL_MS } : {}),
     });
     logger.info('relay run finished', { ...summary });
     return summary;

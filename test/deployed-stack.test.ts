@@ -20,6 +20,7 @@ import {
   SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrder } from '../lib/example/orders.js';
@@ -267,6 +268,7 @@ describe('least privilege, enforced by the emulator', () => {
       events: new EventBridgeClient(config),
       secrets: new SecretsManagerClient(config),
       s3: new S3Client({ ...config, forcePathStyle: true }),
+      lambda: new LambdaClient(config),
     };
   }
   const denied = { name: expect.stringMatching(/AccessDenied|NotAuthorized|Unauthorized/i) };
@@ -282,6 +284,18 @@ describe('least privilege, enforced by the emulator', () => {
     new PutObjectCommand({ Bucket: stack.outputs.PayloadBucketName, Key: key, Body: '{"x":1}' });
   const getPayload = (key: string) =>
     new GetObjectCommand({ Bucket: stack.outputs.PayloadBucketName, Key: key });
+
+  it('the relay may invoke itself (scale out) and no other function', async () => {
+    const { lambda } = await as('relay');
+    const invoke = (name: 'relay' | 'consumer') =>
+      new InvokeCommand({
+        FunctionName: stack.functionName(name),
+        InvocationType: 'Event',
+        Payload: Buffer.from(JSON.stringify({ source: 'aws.events', 'detail-type': 'Scheduled Event' })),
+      });
+    await expect(lambda.send(invoke('relay'))).resolves.toMatchObject({ StatusCode: 202 });
+    await expect(lambda.send(invoke('consumer'))).rejects.toMatchObject(denied);
+  }, 60_000);
 
   it('the relay may only write large payloads, the consumer only read them, redrive and cleanup neither', async () => {
     const key = `payloads/${randomUUID()}`;
@@ -341,4 +355,66 @@ describe('least privilege, enforced by the emulator', () => {
       await expect(events.send(put())).rejects.toMatchObject(denied);
     }
   }, 60_000);
+});
+
+// Last: the backlog below keeps the deployed consumer busy for a while.
+describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
+  const scheduled = { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} };
+
+  it('an idle relay returns at once from a schedule tick, and within its idle tail when woken', async () => {
+    await until('no ready events', async () => {
+      const { rows } = await db.pool.query(
+        'SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND retry_after IS NULL',
+      );
+      return rows[0].n === 0;
+    });
+    let started = Date.now();
+    const tick = await invokeFunction(stack, 'relay', scheduled);
+    expect(tick.payload).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(Date.now() - started).toBeLessThan(2_500);
+    started = Date.now();
+    const woken = await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' });
+    expect(woken.payload).toMatchObject({ stoppedBecause: 'idle' });
+    // The reference stack's tail: 3 s.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(3_000);
+    expect(Date.now() - started).toBeLessThan(8_000);
+  }, 120_000);
+
+  it('a backlog starts extra relays, up to maxRelays at once and no more, and they drain it', async () => {
+    const count = 2_500;
+    const ids: string[] = [];
+    for (let i = 0; i < count; i += 100) {
+      const orders = await Promise.all(
+        Array.from({ length: 100 }, (_, k) =>
+          createOrder(db.pool, { customerId: `backlog-${i + k}`, totalCents: 100, currency: 'SEK' }),
+        ),
+      );
+      ids.push(...orders.map((o) => o.eventId));
+    }
+    const since = Date.now();
+    await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
+    let most = 0;
+    await until(
+      'the backlog published',
+      async () => {
+        const { rows } = await db.pool.query(
+          `SELECT (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now()) AS held,
+                  (SELECT count(*)::int FROM outbox_events WHERE id = ANY($1) AND processed_at IS NULL) AS left`,
+          [ids],
+        );
+        most = Math.max(most, rows[0].held);
+        return rows[0].left === 0;
+      },
+      240_000,
+    );
+    expect(most).toBeGreaterThanOrEqual(2);
+    expect(most).toBeLessThanOrEqual(4);
+    // The relays' own account: one started the others; each held a slot of 0..3.
+    const lines = await until('the relay runs logged', async () => {
+      const found = jsonLines(await new LogTail(stack, 'relay', since).poll());
+      return found.some((l) => l.message === 'backlog: started more relays') ? found : undefined;
+    });
+    const runs = lines.filter((l) => l.message === 'relay run finished' && typeof l.slot === 'number');
+    expect(runs.every((r) => (r.slot as number) >= 0 && (r.slot as number) < 4)).toBe(true);
+  }, 300_000);
 });

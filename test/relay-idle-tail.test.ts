@@ -102,6 +102,19 @@ describe('the idle tail', () => {
     expect(await drainQueue(aws.sqs, url, 121)).toHaveLength(121);
   }, 60_000);
 
+  it('a retry coming due within the tail keeps the run for it, instead of leaving it to the schedule', async () => {
+    const { routes, url } = await routesToNewQueue();
+    const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 500, idleWaitMs: 50 });
+    const [id] = await insertEvents(db.pool, 1);
+    await db.pool.query(
+      "UPDATE outbox_events SET attempts = 1, retry_after = now() + interval '300 milliseconds' WHERE id = $1",
+      [id],
+    );
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', published: 1 });
+    expect(await drainQueue(aws.sqs, url, 1)).toHaveLength(1);
+  });
+
   it('without a tail (the default), a run polls to its budget as before', async () => {
     const { routes } = await routesToNewQueue();
     const { relay } = emulatorRelay(db.pool, aws, routes, { idleWaitMs: 100 });

@@ -177,9 +177,10 @@ describe('scale out', () => {
     const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
     const others = await Promise.all(runs);
     expect(await most()).toBe(3);
-    expect(first.relaysStarted).toBe(2);
-    // Asked for 2 and started 4: two found no free slot.
-    expect(others.filter((s) => s.stoppedBecause === 'busy')).toHaveLength(2);
+    // Started for the 2 free slots (again, if some left early), each time 2 more than asked.
+    expect(first.relaysStarted).toBeGreaterThanOrEqual(2);
+    expect(others).toHaveLength((first.relaysStarted as number) * 2);
+    expect(others.filter((s) => s.stoppedBecause === 'busy').length).toBeGreaterThanOrEqual(2);
     const total = [first, ...others].reduce((n, s) => n + s.published, 0);
     expect(total).toBe(events);
     expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
@@ -223,7 +224,7 @@ describe('scale out', () => {
     });
     const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
     const others = await Promise.all(runs);
-    expect(first.relaysStarted).toBe(2);
+    expect(first.relaysStarted).toBeGreaterThanOrEqual(2);
     expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
     const messages = await drainQueue(aws.sqs, queue.url, aggregates * perAggregate, 60_000);
     expect(messages).toHaveLength(aggregates * perAggregate);

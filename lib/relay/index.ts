@@ -31,7 +31,7 @@ export type {
 } from '../publish/types.js';
 export type { BackoffPolicy } from './backoff.js';
 export { type StartRelayOptions, startRelayFromEnv } from './container.js';
-export { isWakeEvent, WAKE_SOURCE } from './invocation.js';
+export { isScaleOutEvent, isWakeEvent, SCALE_OUT_SOURCE, WAKE_SOURCE } from './invocation.js';
 export { type ListenOptions, listenSignal, sleepSignal, type WorkSignal } from './notifier.js';
 export { RELAY_DEFAULTS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 export { type BatchReport, Relay, type RelayDeps, type RelaySummary, type RunOptions } from './relay.js';

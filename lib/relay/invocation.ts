@@ -1,6 +1,9 @@
 /** The payload `createRelayWaker` sends: a producer committed events and wants them out now. */
 export const WAKE_SOURCE = 'pg-lambda-outbox.wake';
 
+/** The payload of a relay started by another for a backlog (scale out, `OUTBOX_MAX_RELAYS`). */
+export const SCALE_OUT_SOURCE = 'pg-lambda-outbox.scale-out';
+
 /**
  * Whether a relay invocation was started by a producer's wake
  * (`createRelayWaker`). A woken run keeps its idle tail from the start, for
@@ -11,5 +14,12 @@ export const WAKE_SOURCE = 'pg-lambda-outbox.wake';
 export function isWakeEvent(event: unknown): boolean {
   return (
     typeof event === 'object' && event !== null && (event as { source?: unknown }).source === WAKE_SOURCE
+  );
+}
+
+/** Whether a relay invocation was started by another relay for a backlog (scale out). */
+export function isScaleOutEvent(event: unknown): boolean {
+  return (
+    typeof event === 'object' && event !== null && (event as { source?: unknown }).source === SCALE_OUT_SOURCE
   );
 }

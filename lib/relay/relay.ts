@@ -9,7 +9,13 @@ import type { Publisher, PublishOutcome } from '../publish/types.js';
 import { claimBatch } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
-import { acquireRelaySlot, readyBacklog, relaySlotState, releaseRelaySlot } from '../sql/relay-slots.js';
+import {
+  acquireRelaySlot,
+  readyBacklog,
+  relaySlotState,
+  releaseRelaySlot,
+  retryDueWithin,
+} from '../sql/relay-slots.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
 import { backoffDelay } from './backoff.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
@@ -91,6 +97,11 @@ export interface RunOptions {
    * Ignored without an idle tail (`idleTailMs: null`, always on).
    */
   leaveIfEmpty?: boolean;
+  /**
+   * This run's idle tail, instead of the relay's `idleTailMs`: a relay
+   * started for a backlog returns when it is idle, even an always-on one.
+   */
+  idleTailMs?: number;
   abortSignal?: AbortSignal;
   /** Skip the closing outbox stats query. */
   skipStats?: boolean;
@@ -549,8 +560,25 @@ export class Relay {
       );
     }
     // Out of time with a backlog left: relays for the free slots, this one's included.
-    if (summary.stoppedBecause === 'time') await this.scaleOut(maxRelays, 'the run ended with a backlog');
+    // Only while claims still came back full: events nobody may claim yet
+    // (an aggregate held behind a dead letter) are no work for more relays.
+    if (summary.stoppedBecause === 'time' && this.backlogged)
+      await this.scaleOut(maxRelays, 'the run ended with a backlog');
     return { ...summary, slot, relaysStarted: this.relaysStarted };
+  }
+
+  /**
+   * Whether an event's retry comes due within `ms`: a run about to leave for
+   * lack of work stays for it (its backoff is short), instead of leaving it
+   * to the schedule's next run. A failed check lets the run leave.
+   */
+  private async retryDueWithin(ms: number): Promise<boolean> {
+    try {
+      return await retryDueWithin(this.deps.db, ms, this.options.schema);
+    } catch (error) {
+      this.logger.warn('could not look for retries coming due', { error: String(error) });
+      return false;
+    }
   }
 
   /** Relay runs started by this one's backlog checks (scale-out). */
@@ -637,7 +665,7 @@ export class Relay {
     const reserveMs = Math.min(2_000, this.options.safetyMarginMs / 2);
     // The idle tail: when any worker last found work (or the run started).
     let lastWorkAt = performance.now();
-    const tailMs = this.options.idleTailMs;
+    const tailMs = run.idleTailMs ?? this.options.idleTailMs;
 
     // leaveIfEmpty: one worker makes the first claim; the others start after it.
     let firstClaim: (() => void) | undefined;
@@ -713,14 +741,18 @@ export class Relay {
         if (
           maxRelays !== undefined &&
           maxRelays > 1 &&
-          report.claimed > 0 &&
+          report.claimed >= this.options.batchSize &&
           performance.now() - this.lastScaleCheckAt >= SCALE_CHECK_MS
         ) {
           await this.scaleOut(maxRelays, 'a backlog while draining');
         }
         if (leaveIfEmpty && total.batches === 0 && report.claimed === 0) {
-          stoppedBecause = 'idle';
-          stop = true;
+          // A retry due within the tail keeps the run (with its tail) for it.
+          if (await this.retryDueWithin(tailMs ?? 0)) lastWorkAt = performance.now();
+          else {
+            stoppedBecause = 'idle';
+            stop = true;
+          }
         }
         firstClaim?.();
         if (stop) break;
@@ -731,8 +763,13 @@ export class Relay {
           }
           // Scale to zero: nothing found by any worker for the whole tail.
           if (tailMs !== null && performance.now() - lastWorkAt >= tailMs) {
-            stoppedBecause = 'idle';
-            break;
+            // Not while a retry comes due within another tail: it would wait for the schedule.
+            if (await this.retryDueWithin(tailMs)) {
+              lastWorkAt = performance.now();
+            } else {
+              stoppedBecause = 'idle';
+              break;
+            }
           }
           // Adaptive polling: short waits while work keeps arriving, doubling
           // to idleWaitMs while there is none.

@@ -22,6 +22,11 @@ const sql = perSchema((t) => ({
     SELECT count(*)::int AS held,
            coalesce(extract(epoch FROM min(held_until) - now()) * 1000, 0)::float8 AS next_free_ms
     FROM ${t.relaySlots} WHERE slot < $1 AND held_until > now()`,
+  RETRY_DUE: `
+    SELECT EXISTS (
+      SELECT 1 FROM ${t.events}
+      WHERE retry_after IS NOT NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
+        AND retry_after <= now() + $1::float8 * interval '1 millisecond') AS due`,
   BACKLOG: `
     SELECT (SELECT count(*) FROM (
               SELECT 1 FROM ${t.events}
@@ -88,4 +93,17 @@ export async function readyBacklog(
 ): Promise<{ ready: number; oldestMs: number }> {
   const { rows } = await db.query(sql(options.schema).BACKLOG, [options.upTo]);
   return { ready: rows[0].ready, oldestMs: Math.max(0, rows[0].oldest_ms) };
+}
+
+/**
+ * Whether a retry comes due within `ms` (outbox_events_retry_due, read up to
+ * that time only): an elastic relay about to leave stays for it.
+ */
+export async function retryDueWithin(
+  db: Queryable,
+  ms: number,
+  schema?: string | undefined,
+): Promise<boolean> {
+  const { rows } = await db.query(sql(schema).RETRY_DUE, [ms]);
+  return rows[0].due === true;
 }
