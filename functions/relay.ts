@@ -12,13 +12,13 @@ import {
   createAwsPublisher,
   isScaleOutEvent,
   isWakeEvent,
-  SCALE_OUT_SOURCE,
   listenSignal,
   loadRelayConfig,
   logTargetChanges,
   type Publisher,
   Relay,
   type RelaySummary,
+  SCALE_OUT_SOURCE,
   sleepSignal,
 } from 'pg-lambda-outbox/relay';
 import { observability } from './shared/observability.js';
