@@ -78,7 +78,7 @@ describe('runRelay', () => {
     expect(rows.published.length % 50).toBe(0);
     expect(rows.unpublished.length).toBe(600 - rows.published.length);
     expect(summary).toMatchObject({ runs: 1, failedRuns: 0, published: rows.published.length });
-    const received = await receiveAll(aws.sqs, queue.url, rows.published.length, 15_000);
+    const received = await receiveAll(aws.sqs, queue.url, rows.published.length, 60_000);
     const sentIds = received.map((m) => JSON.parse(m.Body as string).id as string);
     expect(new Set(sentIds)).toEqual(new Set(rows.published.map((r) => r.id)));
     expect(sentIds).toHaveLength(rows.published.length);
