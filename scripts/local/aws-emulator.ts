@@ -205,12 +205,21 @@ const alive = (pid: number) => {
  * holding database sessions. `env` reaches MiniStack and, through it, every
  * function it runs (MiniStack passes its own environment on); `nodeDir` is
  * put first on PATH so the functions run on that Node.
+ *
+ * `frontPort`: the port of a proxy in front of MiniStack (FaultProxy). The
+ * queue URLs MiniStack hands out and the endpoint its functions call
+ * (AWS_ENDPOINT_URL, which it sets to its own gateway port) name that port,
+ * so every AWS call a deployed function makes (SQS at its queue URL's host
+ * included) crosses the proxy. MiniStack itself listens on `endpoint`: the
+ * deployer and the benchmark's own calls go to it directly. It is served
+ * the way `ministack -d` serves it (hypercorn on ministack.app:app).
  */
 export async function startStackEmulator(
   options: {
     auth?: boolean;
     env?: Record<string, string>;
     nodeDir?: string;
+    frontPort?: number;
     log?: (line: string) => void;
   } = {},
 ): Promise<StackEmulator> {
@@ -219,7 +228,7 @@ export async function startStackEmulator(
   const port = await freePort();
   const env: NodeJS.ProcessEnv = {
     ...process.env,
-    GATEWAY_PORT: String(port),
+    GATEWAY_PORT: String(options.frontPort ?? port),
     BIND_HOST: '127.0.0.1',
     // Queue URLs and ARNs name 127.0.0.1, the address the functions reach it on.
     MINISTACK_HOST: '127.0.0.1',
@@ -233,7 +242,19 @@ export async function startStackEmulator(
     if (!options.env || !(name in options.env)) delete env[name];
   }
   if (options.nodeDir) env.PATH = `${options.nodeDir}${path.delimiter}${env.PATH ?? ''}`;
-  const child = spawn(bin, [], { stdio: ['ignore', 'ignore', 'pipe'], cwd: spec.venv, env, detached: true });
+  const [command, args] =
+    options.frontPort === undefined
+      ? [bin, []]
+      : [
+          path.join(spec.venv, 'bin', 'python'),
+          ['-m', 'hypercorn', 'ministack.app:app', '--bind', `127.0.0.1:${port}`, '--keep-alive', '75'],
+        ];
+  const child = spawn(command, args, {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    cwd: spec.venv,
+    env,
+    detached: true,
+  });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString()).slice(-4000);

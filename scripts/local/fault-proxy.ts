@@ -2,18 +2,30 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 /**
- * Local demo machinery for `npm start -- --fail-rate`: an HTTP proxy on the
- * network path between the deployed relay and the emulator's EventBridge
- * (the functions reach it through `AWS_ENDPOINT_URL_EVENTBRIDGE`). It forwards
- * every request unchanged and, in PutEvents responses, reports a share of the
- * accepted entries as failed, the way a lost acknowledgement looks to the
- * relay: the event did reach the bus, the relay retries it, and the consumer
- * skips the second copy as a duplicate. Too many failures in a row
- * dead-letter the event. Nothing in the deployed bundle knows about it.
+ * Local machinery: an HTTP proxy on the network path between the deployed
+ * functions and the emulator. It forwards every request unchanged and can
+ * change two things on the way:
+ *
+ * - `npm start -- --fail-rate` (the functions reach it for EventBridge
+ *   through `AWS_ENDPOINT_URL_EVENTBRIDGE`): in PutEvents responses it
+ *   reports a share of the accepted entries as failed, the way a lost
+ *   acknowledgement looks to the relay: the event did reach the bus, the
+ *   relay retries it, and the consumer skips the second copy as a duplicate.
+ *   Too many failures in a row dead-letter the event.
+ * - `delayMs` (bench:elastic, with MiniStack fronted by the proxy for every
+ *   AWS call, `startStackEmulator({ frontPort })`): each request waits that
+ *   long before it is forwarded, a network round trip as a function in AWS
+ *   waits for one, without spending the machine's CPU.
+ *
+ * Nothing in the deployed bundle knows about it.
  */
 export class FaultProxy {
   private upstream: URL | undefined;
   injected = 0;
+  /** Requests forwarded so far. */
+  forwarded = 0;
+  /** Milliseconds each request waits before it is forwarded (0: none). */
+  delayMs = 0;
   /** Also fails every PutEvents entry whose Detail contains one of these. */
   readonly failDetailsContaining = new Set<string>();
 
@@ -54,6 +66,17 @@ export class FaultProxy {
       res.writeHead(503).end();
       return;
     }
+    this.forwarded++;
+    if (this.delayMs > 0) {
+      // Paused until then: the body stays in the socket's buffers.
+      req.pause();
+      setTimeout(() => this.forward(req, res, upstream), this.delayMs);
+      return;
+    }
+    this.forward(req, res, upstream);
+  }
+
+  private forward(req: http.IncomingMessage, res: http.ServerResponse, upstream: URL) {
     const target = String(req.headers['x-amz-target'] ?? '');
     const sent: Buffer[] = [];
     req.on('data', (chunk: Buffer) => sent.push(chunk));
