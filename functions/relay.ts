@@ -91,22 +91,28 @@ export interface RelayHandlerOptions {
  */
 export function createRelayHandler(options: RelayHandlerOptions = {}) {
   const wrapped = options.wrapPublisher ? options.wrapPublisher(publisher) : publisher;
-  let relay: Promise<Relay> | undefined;
+  let relay: Promise<{ relay: Relay; close(): Promise<void> }> | undefined;
 
-  async function buildRelay(): Promise<Relay> {
+  async function buildRelay(): Promise<{ relay: Relay; close(): Promise<void> }> {
     const dbConfig = await databaseConfig();
     const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
     pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
     const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
-    return new Relay({
-      db: pool,
-      publisher: wrapped,
-      options: config.relay,
-      logger,
-      metrics: metricsSink,
-      workSignal,
-      startRelays,
-    });
+    return {
+      relay: new Relay({
+        db: pool,
+        publisher: wrapped,
+        options: config.relay,
+        logger,
+        metrics: metricsSink,
+        workSignal,
+        startRelays,
+      }),
+      close: async () => {
+        await workSignal.close();
+        await pool.end();
+      },
+    };
   }
 
   /**
@@ -120,12 +126,23 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
       relay = undefined; // retry the setup on the next invocation
       throw error;
     });
-    const summary = await (await relay).run({
+    const built = await relay;
+    const summary = await built.relay.run({
       remainingMs: () => context.getRemainingTimeInMillis(),
       leaveIfEmpty: !isWakeEvent(event),
       // Started for a backlog: gone once it is drained, whatever the mode.
       ...(isScaleOutEvent(event) ? { idleTailMs: config.relay.idleTailMs ?? SCALE_OUT_IDLE_TAIL_MS } : {}),
     });
+    if (summary.stoppedBecause === 'busy') {
+      // Every relay slot is held by others. This container may stay warm,
+      // frozen, for minutes: it lets its database connections go, so that
+      // only relays holding a slot hold connections (maxRelays × (workers
+      // + 1), the budget checked at cold start); its next run connects anew.
+      relay = undefined;
+      await built
+        .close()
+        .catch((error) => logger.warn('could not close the database connections', { error: String(error) }));
+    }
     logger.info('relay run finished', { ...summary });
     return summary;
   };

@@ -116,6 +116,40 @@ describe('functions/relay handler', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
+  it('a run that finds every relay slot held claims nothing and keeps no database connection', async () => {
+    await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
+    await insertEvents(db.pool, 5);
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '10 minutes')",
+    );
+    const { sqs } = awsClients();
+    const queue = await createQueue(sqs, uniqueName('handler-busy'));
+    const functionName = uniqueName('relay-busy');
+    const { relayHandler } = await coldStart({
+      AWS_LAMBDA_FUNCTION_NAME: functionName, // the connections' application_name
+      OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
+      OUTBOX_MAX_RELAYS: '1',
+      OUTBOX_IDLE_TAIL_MS: '500',
+    });
+    const sessions = async () =>
+      (
+        await db.pool.query(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
+          [functionName],
+        )
+      ).rows[0].n;
+    for (let run = 0; run < 2; run++) {
+      const summary = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(30_000) as never);
+      expect(summary).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });
+      // A busy container may stay warm for minutes: it holds no session meanwhile.
+      expect(await sessions()).toBe(0);
+    }
+    // Once the slot is free, the same warm handler connects again and drains.
+    await db.pool.query('TRUNCATE outbox_relay_slots');
+    const drained = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(30_000) as never);
+    expect(drained).toMatchObject({ stoppedBecause: 'idle', published: 5 });
+  });
+
   it('a bad variable fails the cold start with its name', async () => {
     await expect(coldStart({ OUTBOX_ROUTES: '[{"match":"*","targets":[]}]' })).rejects.toMatchObject({
       name: 'ConfigError',
