@@ -118,8 +118,14 @@ async function idleCost(stack: DeployedStack, label: string) {
 const percentile = (sorted: number[], p: number) =>
   sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
 
-/** Orders one every 10 s; commit → published per event, from the database's clock. */
-async function latency(count: number, wake: (() => Promise<void>) | undefined) {
+/**
+ * Orders one every 10 s; commit → published per event, from the database's
+ * clock; and what the relay billed meanwhile, per hour at that rate.
+ */
+async function latency(stack: DeployedStack, count: number, wake: (() => Promise<void>) | undefined) {
+  const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
+  await billed(tail); // what came before
+  const started = Date.now();
   const ids: string[] = [];
   for (let i = 0; i < count; i++) {
     const { eventId } = await createOrder(pool, {
@@ -142,12 +148,17 @@ async function latency(count: number, wake: (() => Promise<void>) | undefined) {
       const ms = rows.map((r) => Number(r.ms)).sort((a, b) => a - b);
       if (ms.length < ids.length)
         throw new Error(`${ids.length - ms.length} of ${ids.length} events not published within 2 minutes`);
+      await sleep(10_000); // the last run's tail and its REPORT line
+      const { gbSeconds, invocations } = await billed(tail);
+      const hours = (Date.now() - started) / 3_600_000;
       return {
         events: ids.length,
         published: ms.length,
         p50: Math.round(percentile(ms, 50)),
         p99: Math.round(percentile(ms, 99)),
         max: Math.round(ms.at(-1) ?? Number.NaN),
+        relayInvocations: invocations,
+        relayGbSecondsPerHour: Math.round((gbSeconds / hours) * 10) / 10,
       };
     }
     await sleep(1_000);
@@ -170,12 +181,20 @@ async function consumerMapping(stack: DeployedStack, enabled: boolean) {
   }
 }
 
+/** A backlog committed at once: its events are the rows of seq `first` .. `last`. */
+interface Backlog {
+  first: string;
+  last: string;
+  count: number;
+  committedAt: Date;
+}
+
 /**
  * `count` orders committed in one transaction, so they become ready at
- * once. Returns their event ids and the commit's time on the database's
+ * once: their events' seq range, and the commit's time on the database's
  * clock (`created_at` is the transaction's start).
  */
-async function backlog(count: number, prefix: string): Promise<{ ids: string[]; committedAt: Date }> {
+async function backlog(count: number, prefix: string): Promise<Backlog> {
   const ids: string[] = [];
   await withTransaction(pool, async (client) => {
     for (let i = 0; i < count; i += 1_000) {
@@ -208,19 +227,29 @@ async function backlog(count: number, prefix: string): Promise<{ ids: string[]; 
       );
     }
   });
-  const { rows } = await pool.query('SELECT now() AS t');
-  return { ids, committedAt: rows[0].t };
+  const { rows } = await pool.query(
+    `SELECT now() AS t, min(seq)::text AS first, max(seq)::text AS last, count(*)::int AS n
+       FROM outbox_events WHERE id = ANY($1::uuid[])`,
+    [ids],
+  );
+  if (rows[0].n !== count || BigInt(rows[0].last) - BigInt(rows[0].first) + 1n !== BigInt(count))
+    throw new Error('the backlog is not one seq range of its own');
+  return { first: rows[0].first, last: rows[0].last, count, committedAt: rows[0].t };
 }
 
-/** Relay slots held, sampled while `ids` drain; resolves when none is left. */
-async function drained(ids: string[], timeoutMs: number): Promise<{ most: number }> {
+/**
+ * Relay slots held, sampled while the backlog drains; resolves when none of
+ * it is left. The unfinished rows are few and indexed: a cheap look.
+ */
+async function drained(b: Backlog, timeoutMs: number): Promise<{ most: number }> {
   const started = Date.now();
   let most = 0;
   for (;;) {
     const { rows } = await pool.query(
       `SELECT (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now()) AS held,
-              (SELECT count(*)::int FROM outbox_events WHERE id = ANY($1::uuid[]) AND processed_at IS NULL) AS left`,
-      [ids],
+              (SELECT count(*)::int FROM outbox_events
+                WHERE processed_at IS NULL AND seq BETWEEN $1 AND $2) AS left`,
+      [b.first, b.last],
     );
     most = Math.max(most, rows[0].held);
     if (rows[0].left === 0) return { most };
@@ -243,6 +272,32 @@ async function relaysGone() {
 }
 
 /**
+ * CPU seconds of the relay's Lambda workers from now until `stop()`, polled
+ * every 500 ms (a worker that ends loses at most that much).
+ */
+function relayCpu(emulator: StackEmulator, stack: DeployedStack) {
+  const marker = stack.functionName('relay');
+  const base = emulator.processCpuSeconds(marker);
+  const last = new Map(base);
+  const poll = () => {
+    for (const [pid, seconds] of emulator.processCpuSeconds(marker)) last.set(pid, seconds);
+  };
+  const timer = setInterval(poll, 500);
+  return {
+    stop(): number {
+      clearInterval(timer);
+      poll();
+      let total = 0;
+      for (const [pid, seconds] of last) total += seconds - (base.get(pid) ?? 0);
+      return total;
+    },
+  };
+}
+
+/** Lambda gives a function one vCPU at 1,769 MB, in proportion below: GB-seconds per CPU-second. */
+const GB_S_PER_CPU_S = 1769 / 1024;
+
+/**
  * Full load: a backlog of LOAD_EVENTS orders, one wake, the relays (scaling
  * out to maxRelays) drain it; their GB-seconds per million events published,
  * from the REPORT lines of every relay invocation until the slots are free
@@ -250,42 +305,47 @@ async function relaysGone() {
  * AWS the consumer does not run on the relays' CPU, here it would share the
  * two cores with them and with MiniStack.
  */
-async function loadCost(stack: DeployedStack) {
+async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   log(`full load: ${LOAD_EVENTS} orders in one transaction, one wake, the consumer's mapping off…`);
   await consumerMapping(stack, false);
   await relaysGone();
   // Every relay invocation from here on counts (a schedule tick may start on the orders before the wake).
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
-  const { ids, committedAt } = await backlog(LOAD_EVENTS, 'load');
+  const load = await backlog(LOAD_EVENTS, 'load');
+  const cpu = relayCpu(emulator, stack);
   await invokeWake(stack);
-  const { most } = await drained(ids, 600_000);
-  const drainMs = await drainMsSince(ids, committedAt);
+  const { most } = await drained(load, 600_000);
+  const drainedMs = await drainMs(load);
   await relaysGone();
+  const cpuSeconds = cpu.stop();
   const { gbSeconds, invocations } = await billed(tail);
   await consumerMapping(stack, true);
   const perMillion = (gbSeconds / LOAD_EVENTS) * 1_000_000;
   log(
-    `full load: ${LOAD_EVENTS} events in ${(drainMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
+    `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
   );
   return {
     gbSecondsPerMillion: Math.round(perMillion),
     events: LOAD_EVENTS,
-    drainSeconds: Math.round(drainMs / 100) / 10,
-    eventsPerSecond: Math.round(LOAD_EVENTS / (drainMs / 1000)),
+    drainSeconds: Math.round(drainedMs / 100) / 10,
+    eventsPerSecond: Math.round(LOAD_EVENTS / (drainedMs / 1000)),
     relayInvocations: invocations,
     mostRelaysAtOnce: most,
     gbSeconds: Math.round(gbSeconds * 10) / 10,
+    // The relays' own CPU (their Lambda workers, Node 22, this machine's cores).
+    relayCpuSecondsPerMillion: Math.round((cpuSeconds / LOAD_EVENTS) * 1_000_000),
   };
 }
 
-/** Commit → the last of `ids` published, on the database's clock. */
-async function drainMsSince(ids: string[], committedAt: Date): Promise<number> {
+/** Commit → the last of the backlog published, on the database's clock. */
+async function drainMs(b: Backlog): Promise<number> {
   const { rows } = await pool.query(
-    'SELECT max(processed_at) AS last FROM outbox_events WHERE id = ANY($1::uuid[])',
-    [ids],
+    'SELECT max(processed_at) AS last, count(processed_at)::int AS n FROM outbox_events WHERE seq BETWEEN $1 AND $2',
+    [b.first, b.last],
   );
-  return (rows[0].last as Date).getTime() - committedAt.getTime();
+  if (rows[0].n !== b.count) throw new Error(`${b.count - rows[0].n} events of the backlog unpublished`);
+  return (rows[0].last as Date).getTime() - b.committedAt.getTime();
 }
 
 /**
@@ -299,22 +359,22 @@ async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays:
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
   log(`scale out, maxRelays ${maxRelays}: ${SCALE_OUT_EVENTS} orders in one transaction…`);
-  const { ids, committedAt } = await backlog(SCALE_OUT_EVENTS, `scale-${maxRelays}`);
+  const events = await backlog(SCALE_OUT_EVENTS, `scale-${maxRelays}`);
   proxy.delayMs = SCALE_OUT_DELAY_MS;
   const calls = proxy.forwarded;
   try {
     await invokeWake(stack);
-    const { most } = await drained(ids, 1_200_000);
-    const drainMs = await drainMsSince(ids, committedAt);
+    const { most } = await drained(events, 1_200_000);
+    const drainedMs = await drainMs(events);
     await relaysGone();
     const { gbSeconds, invocations } = await billed(tail);
     log(
-      `  maxRelays ${maxRelays}: drained in ${(drainMs / 1000).toFixed(1)} s (${Math.round(SCALE_OUT_EVENTS / (drainMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
+      `  maxRelays ${maxRelays}: drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
     );
     return {
       maxRelays,
-      drainSeconds: Math.round(drainMs / 100) / 10,
-      eventsPerSecond: Math.round(SCALE_OUT_EVENTS / (drainMs / 1000)),
+      drainSeconds: Math.round(drainedMs / 100) / 10,
+      eventsPerSecond: Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000)),
       relayInvocations: invocations,
       mostRelaysAtOnce: most,
       gbSecondsPerMillion: Math.round((gbSeconds / SCALE_OUT_EVENTS) * 1_000_000),
@@ -362,16 +422,23 @@ try {
         lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
       });
       log(`wake latency: ${WAKE_EVENTS} orders, one every 10 s, each followed by a wake…`);
-      figures.wake_latency_ms = await latency(WAKE_EVENTS, () => waker.wake());
+      figures.wake_latency_ms = await latency(stack, WAKE_EVENTS, () => waker.wake());
       log(`  ${JSON.stringify(figures.wake_latency_ms)}`);
       log(`schedule alone: ${SCHEDULE_EVENTS} orders, one every 10 s, no wake…`);
-      figures.schedule_latency_ms = await latency(SCHEDULE_EVENTS, undefined);
+      figures.schedule_latency_ms = await latency(stack, SCHEDULE_EVENTS, undefined);
       log(`  ${JSON.stringify(figures.schedule_latency_ms)}`);
     }
     if (parts.has('load')) {
-      const load = await loadCost(stack);
+      const load = await loadCost(emulator, stack);
       figures.gb_s_per_million = load.gbSecondsPerMillion;
       figures.full_load = load;
+      // In AWS a 512 MB function gets 512/1769 of a vCPU: a relay bound by
+      // its CPU bills at least this per million events, whatever its memory.
+      figures.aws_cpu_bound_gb_s_per_million = Math.round(load.relayCpuSecondsPerMillion * GB_S_PER_CPU_S);
+      // The same with one relay: no relay waits for another's share of the two cores.
+      log('redeploying the same stack, maxRelays 1…');
+      stack = await deploy(emulator, { relayMode: 'elastic', maxRelays: '1' });
+      figures.full_load_one_relay = await loadCost(emulator, stack);
     }
     if (parts.has('idle')) {
       log('redeploying the same stack, relayMode always-on…');

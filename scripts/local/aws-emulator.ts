@@ -156,8 +156,35 @@ export async function startLocalAws(
 export interface StackEmulator {
   endpoint: string;
   pid: number;
+  /**
+   * CPU seconds (user + system) used so far by each live process MiniStack
+   * started whose command line contains `marker` (a function's Lambda
+   * workers: its name), by pid. Read from /proc (Linux).
+   */
+  processCpuSeconds(marker: string): Map<number, number>;
   /** Stops MiniStack and every process it started (Lambda workers included). */
   stop(): Promise<void>;
+}
+
+let clockTicks: number | undefined;
+
+/** User + system CPU seconds of the descendants of `pid` whose command line contains `marker`. */
+function descendantsCpu(pid: number, marker: string): Map<number, number> {
+  clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  const found = new Map<number, number>();
+  for (const child of descendants(pid)) {
+    try {
+      const cmdline = fs.readFileSync(`/proc/${child}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      if (!cmdline.includes(marker)) continue;
+      const stat = fs.readFileSync(`/proc/${child}/stat`, 'utf8');
+      // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      found.set(child, (Number(fields[11]) + Number(fields[12])) / clockTicks);
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return found;
 }
 
 /** Pids of `pid`'s descendants, read from /proc (Linux). */
@@ -291,7 +318,7 @@ export async function startStackEmulator(
     throw new Error(`${(error as Error).message}\n${stderr}`);
   }
   child.unref();
-  return { endpoint, pid, stop };
+  return { endpoint, pid, stop, processCpuSeconds: (marker) => descendantsCpu(pid, marker) };
 }
 
 /** Sets the environment the AWS SDK needs to talk to a local emulator. */
