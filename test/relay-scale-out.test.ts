@@ -238,3 +238,87 @@ describe('scale out', () => {
     for (const ks of seen.values()) expect(ks).toEqual(Array.from({ length: perAggregate }, (_, k) => k));
   }, 120_000);
 });
+
+describe('scale in', () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  /** A relay with slots and an idle tail, publishing to `queueUrl`, each call `delayMs` late. */
+  function slotRelay(
+    queueUrl: string,
+    options: ConstructorParameters<typeof Relay>[0]['options'],
+    delayMs = 0,
+  ) {
+    const publisher = createAwsPublisher({
+      routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
+      sqs: aws.sqs,
+      eventBridge: aws.eventBridge,
+      source: 'outbox',
+      concurrency: 4,
+    });
+    return new Relay({
+      db: db.pool,
+      publisher: {
+        ...publisher,
+        // The network's round trip, as in AWS: the drain takes its time, the CPU does not.
+        publish: async (...args: Parameters<typeof publisher.publish>) => {
+          await sleep(delayMs);
+          return publisher.publish(...args);
+        },
+      },
+      options: { safetyMarginMs: 0, idleWaitMs: 20, workers: 1, maxRelays: 3, idleTailMs: 2_000, ...options },
+      logger: captureLogger().logger,
+    });
+  }
+
+  it('relays sharing a trickle leave it to the one holding its slot longest; every event goes out once', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('scale-in'));
+    const relays = [0, 1, 2].map(() => slotRelay(queue.url, { batchSize: 100 }));
+    // 20 events a second for 12 s: one relay's work, claims far from full.
+    let written = 0;
+    const writing = (async () => {
+      for (let i = 0; i < 120; i++) {
+        await insertEvents(db.pool, 2, (k) => ({ aggregateId: `trickle-${i}-${k}` }));
+        written += 2;
+        await sleep(100);
+      }
+    })();
+    const started = performance.now();
+    const ended: number[] = [];
+    // Budgets of 40, 50 and 60 s: the third holds its slot longest.
+    const summaries = await Promise.all(
+      relays.map((relay, i) =>
+        relay.run({ remainingMs: budget(40_000 + i * 10_000), skipStats: true }).then((summary) => {
+          ended[i] = performance.now() - started;
+          return summary;
+        }),
+      ),
+    );
+    await writing;
+    // The two that end sooner leave once their claims have not been full for 5 s...
+    expect(summaries.map((s) => s.stoppedBecause)).toEqual(['surplus', 'surplus', 'idle']);
+    expect(ended[0]).toBeLessThan(9_000);
+    expect(ended[1]).toBeLessThan(9_000);
+    // ... the third drains the trickle to its end, then its tail.
+    expect(ended[2]).toBeGreaterThan(12_000);
+    expect(summaries.reduce((n, s) => n + s.published, 0)).toBe(written);
+    const messages = await drainQueue(aws.sqs, queue.url, written, 60_000);
+    expect(new Set(messages.map((m) => JSON.parse(m.Body as string).id)).size).toBe(written);
+    expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 0 });
+  }, 60_000);
+
+  it('while claims come back full, no relay leaves', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('scale-in-backlog'));
+    const events = 1_200;
+    await insertEvents(db.pool, events);
+    // Each publish 200 ms late: at most 3 relays × 10 events per 200 ms, so the drain lasts over 6 s.
+    const relays = [0, 1, 2].map(() => slotRelay(queue.url, { batchSize: 10, idleTailMs: 300 }, 200));
+    const started = performance.now();
+    const summaries = await Promise.all(
+      relays.map((relay, i) => relay.run({ remainingMs: budget(60_000 + i * 1_000), skipStats: true })),
+    );
+    expect(performance.now() - started).toBeGreaterThan(6_000);
+    expect(summaries.map((s) => s.stoppedBecause)).toEqual(['idle', 'idle', 'idle']);
+    expect(summaries.every((s) => s.published > events / 6)).toBe(true);
+    expect(summaries.reduce((n, s) => n + s.published, 0)).toBe(events);
+  }, 90_000);
+});

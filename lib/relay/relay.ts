@@ -12,6 +12,7 @@ import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 import {
   acquireRelaySlot,
   readyBacklog,
+  relayIsSurplus,
   relaySlotState,
   releaseRelaySlot,
   retryDueWithin,
@@ -26,6 +27,11 @@ const FULL_CLAIM_EVERY = 20;
 const FULL_CLAIM_INTERVAL_MS = 1_000;
 /** Scale out: a draining run looks at the backlog at most this often. */
 const SCALE_CHECK_MS = 5_000;
+/**
+ * Scale in: a relay whose claims have not come back full for this long, while
+ * another relay holds its slot for longer, leaves the trickle to that one.
+ */
+const SCALE_IN_MS = 5_000;
 /** Longest wait for a relay slot that is about to free up. */
 const SLOT_HANDOVER_WAIT_MS = 15_000;
 
@@ -74,8 +80,14 @@ export interface BatchReport {
 export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
   batches: number;
   durationMs: number;
-  /** `busy`: with `maxRelays`, every relay slot was held; the run claimed nothing. */
-  stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy';
+  /**
+   * `busy`: with `maxRelays`, every relay slot was held; the run claimed
+   * nothing. `surplus`: with `maxRelays` and an idle tail, another relay
+   * (holding its slot for longer) was draining too, and for `SCALE_IN_MS`
+   * (5 s) no claim had come back full and no backlog was waiting: the run
+   * left the work to it (scale in).
+   */
+  stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy' | 'surplus';
   /** Outbox state when the run ended. */
   stats?: OutboxStats;
   /** With `maxRelays`: the relay slot the run held. */
@@ -552,7 +564,7 @@ export class Relay {
     this.relaysStarted = 0;
     let summary: RelaySummary;
     try {
-      summary = await this.drain(run, maxRelays);
+      summary = await this.drain(run, maxRelays, { slot, holder });
     } finally {
       await releaseRelaySlot(this.deps.db, slot, holder, this.options.schema).catch((error) =>
         // It frees itself when the run's budget ends.
@@ -646,7 +658,30 @@ export class Relay {
     }
   }
 
-  private async drain(run: RunOptions, maxRelays?: number): Promise<RelaySummary> {
+  /**
+   * Scale in: whether another relay holding its slot for longer can take
+   * this run's work (and no backlog calls for both). A failed check keeps
+   * the run.
+   */
+  private async surplus(held: { slot: number; holder: string }): Promise<boolean> {
+    try {
+      if (!(await relayIsSurplus(this.deps.db, { ...held, schema: this.options.schema }))) return false;
+      const backlog = await readyBacklog(this.deps.db, {
+        upTo: this.options.scaleOutBacklog,
+        schema: this.options.schema,
+      });
+      return backlog.ready < this.options.scaleOutBacklog && backlog.oldestMs < this.options.scaleOutAgeMs;
+    } catch (error) {
+      this.logger.warn('could not look at the other relays', { error: String(error) });
+      return false;
+    }
+  }
+
+  private async drain(
+    run: RunOptions,
+    maxRelays?: number,
+    held?: { slot: number; holder: string },
+  ): Promise<RelaySummary> {
     const started = performance.now();
     const total = { ...emptyReport(), batches: 0 };
     const durations: number[] = [];
@@ -666,6 +701,12 @@ export class Relay {
     // The idle tail: when any worker last found work (or the run started).
     let lastWorkAt = performance.now();
     const tailMs = run.idleTailMs ?? this.options.idleTailMs;
+    // Scale in (relays that return when idle, with slots): when a claim last
+    // came back full, and when this run last asked whether it is surplus.
+    const scalesIn = held !== undefined && tailMs !== null && (maxRelays ?? 1) > 1;
+    let lastFullAt = performance.now();
+    let lastSurplusCheckAt = Number.NEGATIVE_INFINITY;
+    let checkingSurplus = false;
 
     // leaveIfEmpty: one worker makes the first claim; the others start after it.
     let firstClaim: (() => void) | undefined;
@@ -745,6 +786,29 @@ export class Relay {
           performance.now() - this.lastScaleCheckAt >= SCALE_CHECK_MS
         ) {
           await this.scaleOut(maxRelays, 'a backlog while draining');
+        }
+        if (report.claimed >= this.options.batchSize) lastFullAt = performance.now();
+        if (
+          scalesIn &&
+          !checkingSurplus &&
+          !stop &&
+          performance.now() - lastFullAt >= SCALE_IN_MS &&
+          performance.now() - lastSurplusCheckAt >= SCALE_CHECK_MS
+        ) {
+          checkingSurplus = true;
+          lastSurplusCheckAt = performance.now();
+          try {
+            if (await this.surplus(held)) {
+              this.logger.info('another relay drains the trickle; this one leaves', {
+                slot: held.slot,
+                max_relays: maxRelays,
+              });
+              stoppedBecause = 'surplus';
+              stop = true;
+            }
+          } finally {
+            checkingSurplus = false;
+          }
         }
         if (leaveIfEmpty && total.batches === 0 && report.claimed === 0) {
           // A retry due within the tail keeps the run (with its tail) for it.

@@ -22,6 +22,12 @@ const sql = perSchema((t) => ({
     SELECT count(*)::int AS held,
            coalesce(extract(epoch FROM min(held_until) - now()) * 1000, 0)::float8 AS next_free_ms
     FROM ${t.relaySlots} WHERE slot < $1 AND held_until > now()`,
+  SURPLUS: `
+    SELECT EXISTS (
+      SELECT 1 FROM ${t.relaySlots} me JOIN ${t.relaySlots} o ON o.slot <> me.slot
+      WHERE me.slot = $1 AND me.holder = $2 AND o.held_until > now()
+        AND (o.held_until > me.held_until OR (o.held_until = me.held_until AND o.slot < me.slot))
+    ) AS surplus`,
   RETRY_DUE: `
     SELECT EXISTS (
       SELECT 1 FROM ${t.events}
@@ -78,6 +84,20 @@ export async function relaySlotState(
 ): Promise<{ held: number; nextFreeMs: number }> {
   const { rows } = await db.query(sql(options.schema).STATE, [options.maxRelays]);
   return { held: rows[0].held, nextFreeMs: Math.max(0, rows[0].next_free_ms) };
+}
+
+/**
+ * Whether another relay holds a slot for longer than this one (the holder of
+ * `slot`; on a tie, the lower slot counts as longer): of relays sharing a
+ * trickle, the one that outlives the others is the one to keep. False when
+ * this holder no longer holds `slot`.
+ */
+export async function relayIsSurplus(
+  db: Queryable,
+  options: { slot: number; holder: string; schema?: string | undefined },
+): Promise<boolean> {
+  const { rows } = await db.query(sql(options.schema).SURPLUS, [options.slot, options.holder]);
+  return rows[0].surplus === true;
 }
 
 /**
