@@ -11,6 +11,9 @@
  *   (`createRelayWaker`), commit → published (`processed_at - created_at`,
  *   the database's clock); and the same with the schedule alone (no wake).
  *
+ * - steady load: 1 and 100 orders a second for two minutes each, from four
+ *   producers each waking the relay after its commits: the relay's GB-s per
+ *   hour, how many relays ran, and commit → published (`steady`);
  * - full load: GB-s per million events, a backlog drained by the relays
  *   scaling out (`loadCost`), the deployed consumer's event source mapping
  *   disabled meanwhile (in AWS it does not run on the relay's CPU);
@@ -25,7 +28,7 @@
  * emulator's scheduler fires once a minute).
  *
  *   npm run bench:elastic                          # every part
- *   npm run bench:elastic -- --parts scale-out     # idle,wake,load,scale-out
+ *   npm run bench:elastic -- --parts scale-out     # idle,wake,steady,load,scale-out
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -50,7 +53,7 @@ import { node22PathDir } from '../scripts/local/node22.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { type DeployedStack, deployStack, emulatorClientConfig, LogTail } from '../scripts/local/stack.js';
 
-const PARTS = ['idle', 'wake', 'load', 'scale-out'] as const;
+const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out'] as const;
 type Part = (typeof PARTS)[number];
 const { values: args } = parseArgs({ options: { parts: { type: 'string', default: PARTS.join(',') } } });
 const parts = new Set(String(args.parts).split(',')) as Set<Part>;
@@ -271,6 +274,89 @@ async function relaysGone() {
   await sleep(10_000);
 }
 
+const STEADY_SECONDS = Number(process.env.BENCH_ELASTIC_STEADY_SECONDS ?? 120);
+const STEADY_PRODUCERS = 4;
+
+/**
+ * A steady `rate` of orders a second for STEADY_SECONDS, from
+ * STEADY_PRODUCERS producers, each with a waker of its own (as separate
+ * processes would), starting with no relay running: what the relay billed
+ * (every invocation from the start until the last relay returned, per hour
+ * of writing), the relays running at once (sampled), and commit → published.
+ * The consumer's mapping is off.
+ */
+async function steady(stack: DeployedStack, rate: number) {
+  await consumerMapping(stack, false);
+  await relaysGone();
+  const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
+  await billed(tail);
+  log(
+    `steady: ${rate} orders a second for ${STEADY_SECONDS} s from ${STEADY_PRODUCERS} producers waking the relay…`,
+  );
+  const started = Date.now();
+  const stopAt = started + STEADY_SECONDS * 1_000;
+  const every = (STEADY_PRODUCERS * 1_000) / rate;
+  const ids: string[] = [];
+  const samples: number[] = [];
+  let writing = true;
+  const sampling = (async () => {
+    while (writing) {
+      const { rows } = await pool.query(
+        'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now()',
+      );
+      samples.push(rows[0].n);
+      await sleep(250);
+    }
+  })();
+  await Promise.all(
+    Array.from({ length: STEADY_PRODUCERS }, async (_, p) => {
+      const waker = createRelayWaker({
+        functionName: stack.functionName('relay'),
+        lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
+        db: pool, // no wake while a relay runs
+      });
+      await sleep((every / STEADY_PRODUCERS) * p);
+      for (let next = Date.now(); next < stopAt; next += every) {
+        const { eventId } = await createOrder(pool, {
+          customerId: `steady-${p}`,
+          totalCents: 100,
+          currency: 'SEK',
+        });
+        ids.push(eventId);
+        await waker.wake();
+        await sleep(Math.max(0, next + every - Date.now()));
+      }
+    }),
+  );
+  writing = false;
+  await sampling;
+  const writtenMs = Date.now() - started;
+  await relaysGone();
+  const { gbSeconds, invocations } = await billed(tail);
+  const { rows } = await pool.query(
+    `SELECT extract(epoch FROM processed_at - created_at) * 1000 AS ms FROM outbox_events
+      WHERE id = ANY($1::uuid[]) AND processed_at IS NOT NULL`,
+    [ids],
+  );
+  if (rows.length < ids.length)
+    throw new Error(`${ids.length - rows.length} events of the steady load unpublished`);
+  const ms = rows.map((r) => Number(r.ms)).sort((a, b) => a - b);
+  const result = {
+    rate,
+    events: ids.length,
+    seconds: Math.round(writtenMs / 1000),
+    relayGbSecondsPerHour: Math.round((gbSeconds / (writtenMs / 3_600_000)) * 10) / 10,
+    relayInvocations: invocations,
+    relaysAtOnce: {
+      mean: Math.round((samples.reduce((a, b) => a + b, 0) / Math.max(1, samples.length)) * 100) / 100,
+      most: Math.max(0, ...samples),
+    },
+    latencyMs: { p50: Math.round(percentile(ms, 50)), p99: Math.round(percentile(ms, 99)) },
+  };
+  log(`  ${JSON.stringify(result)}`);
+  return result;
+}
+
 /**
  * CPU seconds of the relay's Lambda workers from now until `stop()`, polled
  * every 500 ms (a worker that ends loses at most that much).
@@ -405,7 +491,7 @@ const figures: Record<string, unknown> = {};
 const emulators: StackEmulator[] = [];
 let proxy: FaultProxy | undefined;
 try {
-  if (parts.has('idle') || parts.has('wake') || parts.has('load')) {
+  if (parts.has('idle') || parts.has('wake') || parts.has('steady') || parts.has('load')) {
     const emulator = await startStackEmulator({ auth: true, nodeDir, log });
     emulators.push(emulator);
     log('deploying the stack, relayMode elastic…');
@@ -420,6 +506,7 @@ try {
       const waker = createRelayWaker({
         functionName: stack.functionName('relay'),
         lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
+        db: pool, // no wake while a relay runs
       });
       log(`wake latency: ${WAKE_EVENTS} orders, one every 10 s, each followed by a wake…`);
       figures.wake_latency_ms = await latency(stack, WAKE_EVENTS, () => waker.wake());
@@ -427,6 +514,9 @@ try {
       log(`schedule alone: ${SCHEDULE_EVENTS} orders, one every 10 s, no wake…`);
       figures.schedule_latency_ms = await latency(stack, SCHEDULE_EVENTS, undefined);
       log(`  ${JSON.stringify(figures.schedule_latency_ms)}`);
+    }
+    if (parts.has('steady')) {
+      figures.steady = [await steady(stack, 1), await steady(stack, 100)];
     }
     if (parts.has('load')) {
       const load = await loadCost(emulator, stack);

@@ -130,6 +130,9 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     const summary = await built.relay.run({
       remainingMs: () => context.getRemainingTimeInMillis(),
       leaveIfEmpty: !isWakeEvent(event),
+      // A producer's wake or a tick while a relay runs: that relay takes the
+      // events (and looks for any left behind as it leaves).
+      deferToRunning: !isScaleOutEvent(event),
       // Started for a backlog: gone once it is drained, whatever the mode.
       ...(isScaleOutEvent(event) ? { idleTailMs: config.relay.idleTailMs ?? SCALE_OUT_IDLE_TAIL_MS } : {}),
     });

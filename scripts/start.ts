@@ -142,6 +142,7 @@ say(`Another terminal: DATABASE_URL=${databaseUrl} npm run outbox -- status\n`);
 const waker = createRelayWaker({
   functionName: stack.functionName('relay'),
   lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
+  db: pool, // no wake while a relay runs
 });
 let produced = 0;
 let produceErrors = 0;

@@ -362,11 +362,14 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
   const scheduled = { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} };
 
   it('an idle relay returns at once from a schedule tick, and within its idle tail when woken', async () => {
-    await until('no ready events', async () => {
+    // No ready events, and no relay running (a tick or a wake would leave the outbox to it).
+    await until('no ready events and no relay running', async () => {
       const { rows } = await db.pool.query(
-        'SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND retry_after IS NULL',
+        `SELECT (SELECT count(*)::int FROM outbox_events
+                  WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND retry_after IS NULL) AS n,
+                (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now()) AS held`,
       );
-      return rows[0].n === 0;
+      return rows[0].n === 0 && rows[0].held === 0;
     });
     let started = Date.now();
     const tick = await invokeFunction(stack, 'relay', scheduled);

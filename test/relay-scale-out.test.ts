@@ -5,6 +5,7 @@
 import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
+import type { Queryable } from '../lib/db/queryable.js';
 import { ConfigError } from '../lib/errors.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
@@ -247,6 +248,7 @@ describe('scale in', () => {
     queueUrl: string,
     options: ConstructorParameters<typeof Relay>[0]['options'],
     delayMs = 0,
+    deps: Partial<ConstructorParameters<typeof Relay>[0]> = {},
   ) {
     const publisher = createAwsPublisher({
       routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
@@ -267,6 +269,7 @@ describe('scale in', () => {
       },
       options: { safetyMarginMs: 0, idleWaitMs: 20, workers: 1, maxRelays: 3, idleTailMs: 2_000, ...options },
       logger: captureLogger().logger,
+      ...deps,
     });
   }
 
@@ -321,4 +324,72 @@ describe('scale in', () => {
     expect(summaries.every((s) => s.published > events / 6)).toBe(true);
     expect(summaries.reduce((n, s) => n + s.published, 0)).toBe(events);
   }, 90_000);
+
+  it('a woken run or a tick defers to a relay that runs; without an idle tail (always on) it does not', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('defer'));
+    await insertEvents(db.pool, 5);
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute')",
+    );
+    const deferred = await slotRelay(queue.url, {}).run({
+      remainingMs: budget(30_000),
+      skipStats: true,
+      deferToRunning: true,
+    });
+    expect(deferred).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });
+    const alwaysOn = await slotRelay(queue.url, { idleTailMs: null }).run({
+      remainingMs: budget(1_500),
+      skipStats: true,
+      deferToRunning: true,
+    });
+    expect(alwaysOn).toMatchObject({ stoppedBecause: 'time', published: 5, slot: 1 });
+  }, 30_000);
+
+  it('an event committed while a leaving relay still held its slot is taken by that relay', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('leaving'));
+    // A producer commits just before the relay lets its slot go: it saw the
+    // slot held, so it woke nobody (createRelayWaker with db).
+    let late: string[] = [];
+    const pool: Queryable = {
+      query: async (text: string, values?: unknown[]) => {
+        if (late.length === 0 && /^DELETE FROM .*outbox_relay_slots/.test(text.trim()))
+          late = await insertEvents(db.pool, 1, () => ({ aggregateId: 'late' }));
+        return db.pool.query(text, values);
+      },
+    } as Queryable;
+    const relay = slotRelay(queue.url, { idleTailMs: 500 }, 0, { db: pool });
+    const summary = await relay.run({ remainingMs: budget(30_000), skipStats: true, deferToRunning: true });
+    expect(late).toHaveLength(1);
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', published: 1 });
+    const { rows } = await db.pool.query('SELECT processed_at FROM outbox_events WHERE id = $1', [late[0]]);
+    expect(rows[0].processed_at).not.toBeNull();
+    expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 0 });
+  }, 30_000);
+
+  it('a relay out of time with events left and no relay to take them starts a successor', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('successor'));
+    let started = 0;
+    // Slower than the trickle (2 events per 300 ms publish), so events are left when its time is up.
+    const relay = slotRelay(queue.url, { idleTailMs: 2_000, batchSize: 2 }, 300, {
+      startRelays: async (count) => {
+        started += count;
+      },
+    });
+    // A trickle of 10 events a second that outlasts the run's budget: under
+    // the thresholds that start relays for a backlog.
+    let writing = true;
+    const producing = (async () => {
+      while (writing) {
+        await insertEvents(db.pool, 1);
+        await sleep(100);
+      }
+    })();
+    const summary = await relay.run({ remainingMs: budget(2_000), skipStats: true });
+    await sleep(300);
+    writing = false;
+    await producing;
+    expect(summary.stoppedBecause).toBe('time');
+    expect(started).toBe(1);
+    expect(summary.relaysStarted).toBe(1);
+  }, 30_000);
 });

@@ -13,8 +13,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../lib/errors.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
+import { useTestDatabase } from './support/database.js';
 import { captureLogger } from './support/events.js';
 
+const db = useTestDatabase();
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'outbox-waker-'));
 let emulator: StackEmulator;
 let lambda: LambdaClient;
@@ -96,6 +98,29 @@ describe('createRelayWaker', () => {
     expect(waker.invocations).toBe(2);
     await until(() => starts.length >= 2, 30_000);
     expect(starts).toHaveLength(2);
+  }, 90_000);
+
+  it('with the database: no invoke while a relay holds a slot; one per commit while none does', async () => {
+    const waker = createRelayWaker({ functionName: FUNCTION, lambda, db: db.pool });
+    await db.pool.query('TRUNCATE outbox_relay_slots');
+    const before = starts.length;
+    // No relay running: every commit wakes one (no per-process debounce).
+    await waker.wake();
+    await waker.wake();
+    expect(waker.invocations).toBe(2);
+    await until(() => starts.length >= before + 2, 30_000);
+    expect(starts).toHaveLength(before + 2);
+    // A relay holds a slot: it takes the events; nothing is invoked.
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute')",
+    );
+    for (let i = 0; i < 5; i++) await waker.wake();
+    expect(waker.invocations).toBe(2);
+    expect(waker.skippedWhileRunning).toBe(5);
+    // Its time is up (it died): a slot past its time holds nothing.
+    await db.pool.query("UPDATE outbox_relay_slots SET held_until = now() - interval '1 second'");
+    await waker.wake();
+    expect(waker.invocations).toBe(3);
   }, 90_000);
 
   it('a wake that fails is logged, never thrown, and the next commit tries again', async () => {

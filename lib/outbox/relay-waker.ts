@@ -1,7 +1,9 @@
+import type { Queryable } from '../db/queryable.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import { importOptional } from '../optional-dependency.js';
 import { WAKE_SOURCE } from '../relay/invocation.js';
+import { anyRelaySlotHeld } from '../sql/relay-slots.js';
 
 /**
  * What the waker needs of a Lambda client: its `send`. Written out so that
@@ -25,6 +27,19 @@ export interface RelayWakerOptions {
    * less a poll (0.5 s). Default 2,000 ms.
    */
   keepAliveMs?: number;
+  /**
+   * The outbox's database (your pool, or the client of the transaction that
+   * just committed). Given, each wake first looks whether a relay holds a
+   * slot of `outbox_relay_slots` (relays with `OUTBOX_MAX_RELAYS`, as the
+   * reference stack deploys them): if one does, it invokes nothing, since
+   * that relay takes the event, or looks for it as it leaves. With it the
+   * per-process debounce (`keepAliveMs`) is not used: many producer
+   * processes then start one relay between them instead of one each. A
+   * failed look wakes the relay anyway.
+   */
+  db?: Queryable;
+  /** The schema of the outbox tables, as given to `migrate({ schema })`. */
+  schema?: string;
   /** Longest wait for the Invoke call. Default 2,000 ms. */
   timeoutMs?: number;
   logger?: OutboxLogger;
@@ -35,8 +50,9 @@ export interface RelayWakerOptions {
 export interface RelayWaker {
   /**
    * Call right after a transaction that enqueued events has committed. Starts
-   * a relay invocation (`InvocationType: 'Event'`, asynchronous) unless one
-   * was started, or kept alive, less than `keepAliveMs` ago. Never rejects:
+   * a relay invocation (`InvocationType: 'Event'`, asynchronous) unless a
+   * relay holds a slot (with `db`), or else unless one was started, or kept
+   * alive, less than `keepAliveMs` ago. Never rejects:
    * a failed wake is logged, and the schedule publishes the events anyway.
    * In a Lambda producer, await it before returning (a frozen invocation
    * sends nothing).
@@ -44,17 +60,20 @@ export interface RelayWaker {
   wake(): Promise<void>;
   /** Invocations started so far. */
   readonly invocations: number;
+  /** Wakes that invoked nothing because a relay held a slot (with `db`). */
+  readonly skippedWhileRunning: number;
 }
 
 /**
  * Wake on commit: lets a producer start the relay right after its commit, so
  * an event does not wait for the next schedule tick when the relay scales to
- * zero between events (docs/deploy.md, "Elastic relay"). Debounced per
+ * zero between events (docs/deploy.md, "Elastic relay"). With `db`, it
+ * wakes the relay only while no relay runs; without, it is debounced per
  * process. The producer's role needs `lambda:InvokeFunction` on the relay
  * function.
  *
  * @example
- * const waker = createRelayWaker({ functionName: process.env.OUTBOX_RELAY_FUNCTION! });
+ * const waker = createRelayWaker({ functionName: process.env.OUTBOX_RELAY_FUNCTION!, db: pool });
  * await withTransaction(pool, async (client) => { ...; await enqueueEvent(client, event); });
  * await waker.wake();
  */
@@ -76,6 +95,9 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
   let lambda = options.lambda;
   let lastWakeAt = Number.NEGATIVE_INFINITY;
   let invocations = 0;
+  let skippedWhileRunning = 0;
+  const { db, schema } = options;
+  const running = db ? () => anyRelaySlotHeld(db, schema) : undefined;
 
   async function invoke(): Promise<void> {
     const { InvokeCommand, LambdaClient } = await importOptional(
@@ -98,11 +120,25 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
     get invocations() {
       return invocations;
     },
+    get skippedWhileRunning() {
+      return skippedWhileRunning;
+    },
     async wake() {
-      const at = now();
-      const quiet = at - lastWakeAt >= keepAliveMs;
-      lastWakeAt = at;
-      if (!quiet) return;
+      if (running) {
+        try {
+          if (await running()) {
+            skippedWhileRunning++;
+            return;
+          }
+        } catch (error) {
+          logger.warn('could not look for a running relay; waking it', { error: String(error) });
+        }
+      } else {
+        const at = now();
+        const quiet = at - lastWakeAt >= keepAliveMs;
+        lastWakeAt = at;
+        if (!quiet) return;
+      }
       invocations++;
       try {
         await invoke();

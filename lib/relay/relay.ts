@@ -32,6 +32,8 @@ const SCALE_CHECK_MS = 5_000;
  * another relay holds its slot for longer, leaves the trickle to that one.
  */
 const SCALE_IN_MS = 5_000;
+/** The least time left for a leaving run to take events that came as it left, instead of a successor. */
+const MIN_RUN_MS = 5_000;
 /** Longest wait for a relay slot that is about to free up. */
 const SLOT_HANDOVER_WAIT_MS = 15_000;
 
@@ -114,6 +116,15 @@ export interface RunOptions {
    * started for a backlog returns when it is idle, even an always-on one.
    */
   idleTailMs?: number;
+  /**
+   * With `maxRelays` and an idle tail: when a relay already holds a slot,
+   * return at once (`busy`) and leave the outbox to it. A relay that leaves
+   * looks for events once its slot is free again, so an event committed
+   * while a slot was held is taken by that relay or its successor. For
+   * runs started by a producer's wake or by the schedule; not for runs
+   * started for a backlog.
+   */
+  deferToRunning?: boolean;
   abortSignal?: AbortSignal;
   /** Skip the closing outbox stats query. */
   skipStats?: boolean;
@@ -132,6 +143,30 @@ function emptyReport(): BatchReport {
     failedByType: {},
     deadLetteredByType: {},
   };
+}
+
+/** Two consecutive runs of one invocation as one: counts added, the second's ending. */
+function addSummaries(first: RelaySummary, second: RelaySummary): RelaySummary {
+  const sum = { ...second };
+  for (const key of [
+    'claimed',
+    'published',
+    'retried',
+    'held',
+    'heldBack',
+    'deadLettered',
+    'leaseLost',
+    'batches',
+    'durationMs',
+  ] as const) {
+    sum[key] = first[key] + second[key];
+  }
+  sum.failedByType = { ...first.failedByType };
+  for (const [t, n] of Object.entries(second.failedByType)) bump(sum.failedByType, t, n);
+  sum.deadLetteredByType = { ...first.deadLetteredByType };
+  for (const [t, n] of Object.entries(second.deadLetteredByType)) bump(sum.deadLetteredByType, t, n);
+  sum.relaysStarted = (first.relaysStarted ?? 0) + (second.relaysStarted ?? 0);
+  return sum;
 }
 
 function bump(counts: Record<string, number>, key: string, by = 1) {
@@ -553,6 +588,14 @@ export class Relay {
   async run(run: RunOptions): Promise<RelaySummary> {
     const maxRelays = this.options.maxRelays;
     if (maxRelays === null) return this.drain(run);
+    const elastic = (run.idleTailMs ?? this.options.idleTailMs) !== null;
+    if (run.deferToRunning && elastic) {
+      const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      if (held > 0) {
+        this.logger.info('a relay is running; this run leaves the outbox to it', { max_relays: maxRelays });
+        return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+      }
+    }
     const holder = randomUUID();
     const slot = await this.takeSlot(run, holder, maxRelays);
     if (slot === undefined) {
@@ -574,9 +617,61 @@ export class Relay {
     // Out of time with a backlog left: relays for the free slots, this one's included.
     // Only while claims still came back full: events nobody may claim yet
     // (an aggregate held behind a dead letter) are no work for more relays.
+    const startedBefore = this.relaysStarted;
     if (summary.stoppedBecause === 'time' && this.backlogged)
       await this.scaleOut(maxRelays, 'the run ended with a backlog');
+    if (
+      this.relaysStarted === startedBefore &&
+      elastic &&
+      (summary.stoppedBecause === 'idle' ||
+        summary.stoppedBecause === 'surplus' ||
+        summary.stoppedBecause === 'time') &&
+      (await this.unattended(maxRelays))
+    ) {
+      // Events a producer committed while this relay still held its slot
+      // (so it did not wake another) are ready, and no relay is left to
+      // take them: this run takes them, or, out of time, starts its successor.
+      const started = this.relaysStarted;
+      const rest = run.remainingMs() - this.options.safetyMarginMs;
+      if (summary.stoppedBecause !== 'time' && rest >= MIN_RUN_MS) {
+        this.logger.info('events came as this relay left; it takes them', { slot });
+        const more = await this.run({ ...run, deferToRunning: false, leaveIfEmpty: false });
+        return addSummaries({ ...summary, slot, relaysStarted: started }, more);
+      }
+      await this.startSuccessor(summary.stoppedBecause);
+    }
     return { ...summary, slot, relaysStarted: this.relaysStarted };
+  }
+
+  /**
+   * Ready events and no relay holding a slot: work nobody is going to pick
+   * up before the next wake or tick. A failed check says no.
+   */
+  private async unattended(maxRelays: number): Promise<boolean> {
+    try {
+      const { ready } = await readyBacklog(this.deps.db, { upTo: 1, schema: this.options.schema });
+      if (ready === 0) return false;
+      const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      return held === 0;
+    } catch (error) {
+      this.logger.warn('could not look for events left behind', { error: String(error) });
+      return false;
+    }
+  }
+
+  /** Starts one relay run to take over (its own invocation), if this relay can start any. */
+  private async startSuccessor(why: RelaySummary['stoppedBecause']): Promise<void> {
+    const start = this.deps.startRelays;
+    if (!start) return;
+    try {
+      await start(1);
+      this.relaysStarted++;
+      this.logger.info('events came as this relay left; it started a successor', { why });
+    } catch (error) {
+      this.logger.warn('could not start a successor; the schedule will publish the events', {
+        error: String(error),
+      });
+    }
   }
 
   /**

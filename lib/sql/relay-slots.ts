@@ -17,6 +17,7 @@ const sql = perSchema((t) => ({
     ON CONFLICT (slot) DO UPDATE SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until
       WHERE s.held_until <= now()
     RETURNING slot`,
+  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} WHERE held_until > now()) AS held`,
   RELEASE: `DELETE FROM ${t.relaySlots} WHERE slot = $1 AND holder = $2`,
   STATE: `
     SELECT count(*)::int AS held,
@@ -66,6 +67,12 @@ export async function acquireRelaySlot(
     if (state.held >= options.maxRelays) return undefined;
   }
   return undefined;
+}
+
+/** Whether any relay holds a slot now: a relay is running. */
+export async function anyRelaySlotHeld(db: Queryable, schema?: string | undefined): Promise<boolean> {
+  const { rows } = await db.query(sql(schema).ANY_HELD, []);
+  return rows[0].held === true;
 }
 
 export async function releaseRelaySlot(
