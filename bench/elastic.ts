@@ -570,7 +570,7 @@ try {
   const elastic = {
     ...before,
     machine: `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, node ${process.version}, MiniStack (local Lambda executor, Node 22)`,
-    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail 3 s, waker keep-alive 2 s; full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
+    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail 3 s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
     ...figures,
     dates: {
       ...(before.dates ?? {}),
