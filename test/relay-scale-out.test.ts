@@ -392,4 +392,24 @@ describe('scale in', () => {
     expect(started).toBe(1);
     expect(summary.relaysStarted).toBe(1);
   }, 30_000);
+
+  it('a relay leaving an ordered outbox with an aggregate held behind a dead letter looks once, not again and again', async () => {
+    const queue = await createQueue(aws.sqs, `${uniqueName('blocked')}.fifo`);
+    await insertEvents(db.pool, 5, () => ({ aggregateId: 'blocked' }));
+    // Its first event is a dead letter: the other four are ready, and nobody may claim them (block policy).
+    await db.pool.query(
+      "UPDATE outbox_events SET dead_lettered_at = now(), last_error = 'poison' WHERE seq = (SELECT min(seq) FROM outbox_events)",
+    );
+    let started = 0;
+    const relay = slotRelay(queue.url, { idleTailMs: 300, ordering: 'aggregate' }, 0, {
+      startRelays: async (count) => {
+        started += count;
+      },
+    });
+    const t0 = performance.now();
+    const summary = await relay.run({ remainingMs: budget(20_000), skipStats: true, leaveIfEmpty: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(performance.now() - t0).toBeLessThan(3_000);
+    expect(started).toBe(0);
+  }, 30_000);
 });

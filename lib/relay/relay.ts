@@ -125,6 +125,11 @@ export interface RunOptions {
    * started for a backlog.
    */
   deferToRunning?: boolean;
+  /**
+   * Set by a run on itself when it looks once more as it leaves (with
+   * `leaveIfEmpty`): if that look finds nothing, it does not look again.
+   */
+  lastLook?: boolean;
   abortSignal?: AbortSignal;
   /** Skip the closing outbox stats query. */
   skipStats?: boolean;
@@ -620,39 +625,51 @@ export class Relay {
     const startedBefore = this.relaysStarted;
     if (summary.stoppedBecause === 'time' && this.backlogged)
       await this.scaleOut(maxRelays, 'the run ended with a backlog');
+    const leaving =
+      summary.stoppedBecause === 'idle' ||
+      summary.stoppedBecause === 'surplus' ||
+      summary.stoppedBecause === 'time';
+    // A last look that found nothing does not look again.
+    const looked = run.lastLook === true && summary.claimed === 0;
     if (
       this.relaysStarted === startedBefore &&
       elastic &&
-      (summary.stoppedBecause === 'idle' ||
-        summary.stoppedBecause === 'surplus' ||
-        summary.stoppedBecause === 'time') &&
-      (await this.unattended(maxRelays))
+      leaving &&
+      !looked &&
+      (await this.alone(maxRelays))
     ) {
-      // Events a producer committed while this relay still held its slot
-      // (so it did not wake another) are ready, and no relay is left to
-      // take them: this run takes them, or, out of time, starts its successor.
+      // A producer that committed while this relay still held its slot woke
+      // nobody, and no relay holds a slot now: this run looks once more (a
+      // claim, which in ordered mode skips blocked aggregates) and drains
+      // what it finds; out of time, it starts a successor if events wait.
       const started = this.relaysStarted;
       const rest = run.remainingMs() - this.options.safetyMarginMs;
       if (summary.stoppedBecause !== 'time' && rest >= MIN_RUN_MS) {
-        this.logger.info('events came as this relay left; it takes them', { slot });
-        const more = await this.run({ ...run, deferToRunning: false, leaveIfEmpty: false });
+        const more = await this.run({ ...run, deferToRunning: false, leaveIfEmpty: true, lastLook: true });
+        if (more.claimed > 0) this.logger.info('events came as this relay left; it took them', { slot });
         return addSummaries({ ...summary, slot, relaysStarted: started }, more);
       }
-      await this.startSuccessor(summary.stoppedBecause);
+      if (await this.readyEvents()) await this.startSuccessor(summary.stoppedBecause);
     }
     return { ...summary, slot, relaysStarted: this.relaysStarted };
   }
 
-  /**
-   * Ready events and no relay holding a slot: work nobody is going to pick
-   * up before the next wake or tick. A failed check says no.
-   */
-  private async unattended(maxRelays: number): Promise<boolean> {
+  /** No relay holds a slot. A failed check says no. */
+  private async alone(maxRelays: number): Promise<boolean> {
     try {
-      const { ready } = await readyBacklog(this.deps.db, { upTo: 1, schema: this.options.schema });
-      if (ready === 0) return false;
       const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
       return held === 0;
+    } catch (error) {
+      this.logger.warn('could not look at the other relays', { error: String(error) });
+      return false;
+    }
+  }
+
+  /** Ready events wait (in ordered mode, perhaps behind a blocked aggregate). A failed check says no. */
+  private async readyEvents(): Promise<boolean> {
+    try {
+      const { ready } = await readyBacklog(this.deps.db, { upTo: 1, schema: this.options.schema });
+      return ready > 0;
     } catch (error) {
       this.logger.warn('could not look for events left behind', { error: String(error) });
       return false;
