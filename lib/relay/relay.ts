@@ -150,27 +150,32 @@ function emptyReport(): BatchReport {
   };
 }
 
+/** A run that left the outbox to other relays without claiming. */
+function busySummary(): RelaySummary {
+  return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+}
+
+/** The counts of a report that add up over batches and runs. */
+const COUNTED = ['claimed', 'published', 'retried', 'held', 'heldBack', 'deadLettered', 'leaseLost'] as const;
+
+/** Adds `from`'s counts (and its failures by type) into `into`. */
+function addCounts(into: BatchReport, from: BatchReport): void {
+  for (const key of COUNTED) into[key] += from[key];
+  for (const [t, n] of Object.entries(from.failedByType)) bump(into.failedByType, t, n);
+  for (const [t, n] of Object.entries(from.deadLetteredByType)) bump(into.deadLetteredByType, t, n);
+}
+
 /** Two consecutive runs of one invocation as one: counts added, the second's ending. */
 function addSummaries(first: RelaySummary, second: RelaySummary): RelaySummary {
-  const sum = { ...second };
-  for (const key of [
-    'claimed',
-    'published',
-    'retried',
-    'held',
-    'heldBack',
-    'deadLettered',
-    'leaseLost',
-    'batches',
-    'durationMs',
-  ] as const) {
-    sum[key] = first[key] + second[key];
-  }
-  sum.failedByType = { ...first.failedByType };
-  for (const [t, n] of Object.entries(second.failedByType)) bump(sum.failedByType, t, n);
-  sum.deadLetteredByType = { ...first.deadLetteredByType };
-  for (const [t, n] of Object.entries(second.deadLetteredByType)) bump(sum.deadLetteredByType, t, n);
-  sum.relaysStarted = (first.relaysStarted ?? 0) + (second.relaysStarted ?? 0);
+  const sum: RelaySummary = {
+    ...second,
+    ...emptyReport(),
+    batches: first.batches + second.batches,
+    durationMs: first.durationMs + second.durationMs,
+    relaysStarted: (first.relaysStarted ?? 0) + (second.relaysStarted ?? 0),
+  };
+  addCounts(sum, first);
+  addCounts(sum, second);
   return sum;
 }
 
@@ -598,7 +603,7 @@ export class Relay {
       const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
       if (held > 0) {
         this.logger.info('a relay is running; this run leaves the outbox to it', { max_relays: maxRelays });
-        return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+        return busySummary();
       }
     }
     const holder = randomUUID();
@@ -607,7 +612,7 @@ export class Relay {
       this.logger.info('every relay slot is held; this run leaves the outbox to them', {
         max_relays: maxRelays,
       });
-      return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+      return busySummary();
     }
     this.relaysStarted = 0;
     let summary: RelaySummary;
@@ -875,20 +880,7 @@ export class Relay {
         if (report.claimed > 0 || report.deadLettered > 0) {
           total.batches++;
           durations.push(report.durationMs);
-          for (const key of [
-            'claimed',
-            'published',
-            'retried',
-            'held',
-            'heldBack',
-            'deadLettered',
-            'leaseLost',
-          ] as const) {
-            total[key] += report[key];
-          }
-          for (const [t, n] of Object.entries(report.failedByType)) bump(total.failedByType, t, n);
-          for (const [t, n] of Object.entries(report.deadLetteredByType))
-            bump(total.deadLetteredByType, t, n);
+          addCounts(total, report);
         }
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
         if (
