@@ -256,8 +256,15 @@ describe('ordered mode with several relays (ordering aggregate, SQS FIFO, maxRel
       aggregateIds,
     ]);
 
-    // A scheduled run may start draining while the backlog is written: its log counts too.
     const logsFrom = Date.now();
+    // While the backlog is written every slot is held, as by relays busy
+    // elsewhere: a scheduled run that came now would keep up with the
+    // producers and leave no backlog to scale out for. It returns at once.
+    await db.pool.query(
+      `INSERT INTO outbox_relay_slots
+       SELECT n, gen_random_uuid(), now() + interval '5 minutes' FROM generate_series(0, $1::int - 1) n`,
+      [MAX_RELAYS],
+    );
     // The backlog: eight producers at once, three aggregates per transaction.
     let written = 0;
     await Promise.all(
@@ -268,6 +275,7 @@ describe('ordered mode with several relays (ordering aggregate, SQS FIFO, maxRel
         }
       }),
     );
+    await db.pool.query('DELETE FROM outbox_relay_slots');
 
     const since = Date.now();
     await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
