@@ -41,9 +41,7 @@ import {
 } from '@aws-sdk/client-lambda';
 import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
-import { withTransaction } from '../lib/db/transaction.js';
-import { orderEvents } from '../lib/example/events.js';
-import { createOrder } from '../lib/example/orders.js';
+import { createOrder, createOrders } from '../lib/example/orders.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
@@ -198,38 +196,14 @@ interface Backlog {
  * clock (`created_at` is the transaction's start).
  */
 async function backlog(count: number, prefix: string): Promise<Backlog> {
-  const ids: string[] = [];
-  await withTransaction(pool, async (client) => {
-    for (let i = 0; i < count; i += 1_000) {
-      const n = Math.min(1_000, count - i);
-      const orders = Array.from({ length: n }, (_, k) => ({
-        orderId: crypto.randomUUID(),
-        customerId: `${prefix}-${i + k}`,
-        totalCents: 100,
-        currency: 'SEK',
-      }));
-      await client.query(
-        `INSERT INTO orders (id, customer_id, total_cents, currency)
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[])`,
-        [
-          orders.map((o) => o.orderId),
-          orders.map((o) => o.customerId),
-          orders.map(() => 100),
-          orders.map(() => 'SEK'),
-        ],
-      );
-      ids.push(
-        ...(await orderEvents.enqueueMany(
-          client,
-          orders.map((payload) => ({
-            type: 'order.created' as const,
-            aggregateId: payload.orderId,
-            payload,
-          })),
-        )),
-      );
-    }
-  });
+  const ids = await createOrders(
+    pool,
+    Array.from({ length: count }, (_, i) => ({
+      customerId: `${prefix}-${i}`,
+      totalCents: 100,
+      currency: 'SEK',
+    })),
+  );
   const { rows } = await pool.query(
     `SELECT now() AS t, min(seq)::text AS first, max(seq)::text AS last, count(*)::int AS n
        FROM outbox_events WHERE id = ANY($1::uuid[])`,

@@ -23,9 +23,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { withTransaction } from '../lib/db/transaction.js';
-import { orderEvents } from '../lib/example/events.js';
-import { createOrder } from '../lib/example/orders.js';
+import { createOrder, createOrders } from '../lib/example/orders.js';
 import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
@@ -434,28 +432,14 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
     const count = 2_500;
     // Committed at once, so a relay finds the backlog whole (a relay that a
     // tick started while orders trickled in would have kept up with them).
-    const ids = await withTransaction(db.pool, async (client) => {
-      const orders = Array.from({ length: count }, (_, i) => ({
-        orderId: randomUUID(),
+    const ids = await createOrders(
+      db.pool,
+      Array.from({ length: count }, (_, i) => ({
         customerId: `backlog-${i}`,
         totalCents: 100,
         currency: 'SEK',
-      }));
-      await client.query(
-        `INSERT INTO orders (id, customer_id, total_cents, currency)
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[])`,
-        [
-          orders.map((o) => o.orderId),
-          orders.map((o) => o.customerId),
-          orders.map(() => 100),
-          orders.map(() => 'SEK'),
-        ],
-      );
-      return orderEvents.enqueueMany(
-        client,
-        orders.map((payload) => ({ type: 'order.created' as const, aggregateId: payload.orderId, payload })),
-      );
-    });
+      })),
+    );
     const since = Date.now();
     await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
     let most = 0;
