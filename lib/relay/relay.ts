@@ -750,12 +750,8 @@ export class Relay {
     this.scaling = true;
     this.lastScaleCheckAt = performance.now();
     try {
-      const backlog = await readyBacklog(this.deps.db, {
-        upTo: this.options.scaleOutBacklog,
-        schema: this.options.schema,
-      });
-      if (backlog.ready < this.options.scaleOutBacklog && backlog.oldestMs < this.options.scaleOutAgeMs)
-        return;
+      const backlog = await this.backlog();
+      if (!backlog.calls) return;
       const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
       const free = maxRelays - held;
       if (free <= 0) return;
@@ -776,6 +772,20 @@ export class Relay {
   }
 
   /**
+   * The ready events (counted up to `scaleOutBacklog`) and the oldest one's
+   * age; `calls`: a backlog that calls for more relays (either threshold).
+   */
+  private async backlog(): Promise<{ ready: number; oldestMs: number; calls: boolean }> {
+    const backlog = await readyBacklog(this.deps.db, {
+      upTo: this.options.scaleOutBacklog,
+      schema: this.options.schema,
+    });
+    const calls =
+      backlog.ready >= this.options.scaleOutBacklog || backlog.oldestMs >= this.options.scaleOutAgeMs;
+    return { ...backlog, calls };
+  }
+
+  /**
    * Scale in: whether another relay holding its slot for longer can take
    * this run's work (and no backlog calls for both). A failed check keeps
    * the run.
@@ -783,11 +793,7 @@ export class Relay {
   private async surplus(held: { slot: number; holder: string }): Promise<boolean> {
     try {
       if (!(await relayIsSurplus(this.deps.db, { ...held, schema: this.options.schema }))) return false;
-      const backlog = await readyBacklog(this.deps.db, {
-        upTo: this.options.scaleOutBacklog,
-        schema: this.options.schema,
-      });
-      return backlog.ready < this.options.scaleOutBacklog && backlog.oldestMs < this.options.scaleOutAgeMs;
+      return !(await this.backlog()).calls;
     } catch (error) {
       this.logger.warn('could not look at the other relays', { error: String(error) });
       return false;
