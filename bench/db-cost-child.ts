@@ -9,7 +9,9 @@
  * flight, default 16); TIME_BOX_MS (stop claiming after this long, default
  * 600 s); SDK_MD5=off (SQS client option md5: false: do not hash every
  * message body and check the digests SQS returns; the SDK's default, and the
- * deployed relay's, is on).
+ * deployed relay's, is on); DIRECT_CALLS=1 (createAwsPublisher's
+ * `directCalls`: the hot calls without the SDK's middleware stack, as the
+ * deployed relay makes them).
  */
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { SQSClient } from '@aws-sdk/client-sqs';
@@ -41,6 +43,7 @@ const publisher =
         source: 'outbox',
         concurrency: Number(process.env.CONCURRENCY ?? 16),
         onCall: () => calls++,
+        directCalls: process.env.DIRECT_CALLS === '1',
       });
 const relay = new Relay({ db: pool, publisher, options: JSON.parse(process.env.RELAY ?? '{}') });
 const timeBoxMs = Number(process.env.TIME_BOX_MS ?? 600_000);

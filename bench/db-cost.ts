@@ -524,7 +524,7 @@ async function cpuCost() {
         throw new Error(`${publisher}: published ${r.published} of ${CPU_BACKLOG}`);
       const ms = ((r.cpu_user_ms + r.cpu_system_ms) / r.published) * 1000;
       log(
-        `  ${publisher}${extra.SDK_MD5 ? ' (md5: false)' : ''}${node ? ' (Node 22)' : ''}: ${ms.toFixed(1)} ms CPU per 1,000 ` +
+        `  ${publisher}${extra.SDK_MD5 ? ' (md5: false)' : ''}${extra.DIRECT_CALLS ? ' (direct calls)' : ''}${node ? ' (Node 22)' : ''}: ${ms.toFixed(1)} ms CPU per 1,000 ` +
           `(user ${((r.cpu_user_ms / r.published) * 1000).toFixed(1)}, system ${((r.cpu_system_ms / r.published) * 1000).toFixed(1)}), ` +
           `${Math.round(r.published / r.seconds)} events/s`,
       );
@@ -541,6 +541,10 @@ async function cpuCost() {
       eventbridge: [] as number[],
       sqs_node22: [] as number[],
       eventbridge_node22: [] as number[],
+      sqs_direct: [] as number[],
+      eventbridge_direct: [] as number[],
+      sqs_direct_node22: [] as number[],
+      eventbridge_direct_node22: [] as number[],
     };
     // The Lambda runtime's major (nodejs22.x), beside the host's Node.
     const node22 = ensureNode22(log);
@@ -557,6 +561,11 @@ async function cpuCost() {
       eps.eventbridge.push(rate(e.result));
       runs.sqs_node22.push((await cpuDrain('sqs', {}, node22)).ms);
       runs.eventbridge_node22.push((await cpuDrain('eventbridge', {}, node22)).ms);
+      // Direct calls (the deployed relay's OUTBOX_DIRECT_CALLS).
+      runs.sqs_direct.push((await cpuDrain('sqs', { DIRECT_CALLS: '1' })).ms);
+      runs.eventbridge_direct.push((await cpuDrain('eventbridge', { DIRECT_CALLS: '1' })).ms);
+      runs.sqs_direct_node22.push((await cpuDrain('sqs', { DIRECT_CALLS: '1' }, node22)).ms);
+      runs.eventbridge_direct_node22.push((await cpuDrain('eventbridge', { DIRECT_CALLS: '1' }, node22)).ms);
     }
 
     let profiles: Record<string, ReturnType<typeof summarizeProfile>> | undefined;
@@ -569,22 +578,23 @@ async function cpuCost() {
       const profiled = path.join(ROOT, '.local/bench/db-cost-child-external.mjs');
       await build({ ...childOptions, outfile: profiled, packages: 'external' });
       profiles = {};
-      for (const publisher of ['sqs', 'eventbridge'] as const) {
+      for (const name of ['sqs', 'eventbridge', 'sqs_direct', 'eventbridge_direct'] as const) {
+        const publisher = name.startsWith('sqs') ? 'sqs' : 'eventbridge';
         await freshBacklog(CPU_BACKLOG);
         await relayChild(
-          { ...env, PUBLISHER: publisher },
+          { ...env, PUBLISHER: publisher, ...(name.endsWith('_direct') ? { DIRECT_CALLS: '1' } : {}) },
           {
             bundle: profiled,
-            nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${publisher}.cpuprofile`],
+            nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}.cpuprofile`],
           },
         );
-        const summary = summarizeProfile(path.join(dir, `${publisher}.cpuprofile`));
-        profiles[publisher] = summary;
-        log(`\nprofile (${publisher}): CPU by who asked for it, of ${summary.total_ms} ms`);
+        const summary = summarizeProfile(path.join(dir, `${name}.cpuprofile`));
+        profiles[name] = summary;
+        log(`\nprofile (${name}): CPU by who asked for it, of ${summary.total_ms} ms`);
         for (const line of summary.by_caller) log(`  ${line}`);
-        log(`profile (${publisher}): self time by package`);
+        log(`profile (${name}): self time by package`);
         for (const line of summary.areas) log(`  ${line}`);
-        log(`profile (${publisher}): top functions by self time`);
+        log(`profile (${name}): top functions by self time`);
         for (const line of summary.functions) log(`  ${line}`);
       }
     }
@@ -597,6 +607,10 @@ async function cpuCost() {
         sqs_md5_off: round(median(runs.sqs_md5_off)),
         sqs_node22: round(median(runs.sqs_node22)),
         eventbridge_node22: round(median(runs.eventbridge_node22)),
+        sqs_direct: round(median(runs.sqs_direct)),
+        eventbridge_direct: round(median(runs.eventbridge_direct)),
+        sqs_direct_node22: round(median(runs.sqs_direct_node22)),
+        eventbridge_direct_node22: round(median(runs.eventbridge_direct_node22)),
         node: process.version,
         sqs_eps: Math.round(median(eps.sqs)),
         eventbridge_eps: Math.round(median(eps.eventbridge)),

@@ -55,6 +55,7 @@ const publisher = createAwsPublisher({
   largePayloads,
   source: config.eventSource,
   concurrency: config.concurrency,
+  directCalls: config.directCalls,
   circuit: config.circuit,
   onTargetChange: logTargetChanges(logger),
 });

@@ -14,6 +14,8 @@ export interface RelayConfig {
   concurrency: number;
   /** LISTEN for NOTIFY from the insert trigger instead of only polling. */
   listen: boolean;
+  /** `OUTBOX_DIRECT_CALLS`: SendMessageBatch and PutEvents without the SDK's middleware (createAwsPublisher's `directCalls`). */
+  directCalls: boolean;
   /** Per-target circuit breaker. */
   circuit: CircuitBreakerOptions;
   /**
@@ -51,6 +53,8 @@ export interface RelayConfig {
  *   memory, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: see {@link claimBytesForMemory})
  * - `OUTBOX_TARGET_FAILURES` (consecutive failed calls that back a target off, default 3),
  *   `OUTBOX_TARGET_PROBE_MAX_MS` (longest wait between probes of a backed-off target, default 60 s)
+ * - `OUTBOX_DIRECT_CALLS` (`true`: SendMessageBatch and PutEvents without the SDK's middleware
+ *   stack after each target's first call; default `false`)
  */
 export function loadRelayConfig(env: Env = process.env): RelayConfig {
   const routes = parseRoutes(env.OUTBOX_ROUTES, 'OUTBOX_ROUTES');
@@ -114,6 +118,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     eventSource: readVar(env, 'OUTBOX_EVENT_SOURCE', z.string().min(1).max(256).default('outbox')),
     concurrency: readVar(env, 'OUTBOX_CONCURRENCY', intVar(1, 256)) ?? 8,
     listen,
+    directCalls: readVar(env, 'OUTBOX_DIRECT_CALLS', boolVar) ?? false,
     circuit: {
       failureThreshold: readVar(env, 'OUTBOX_TARGET_FAILURES', intVar(1, 100)),
       probeMaxMs: readVar(env, 'OUTBOX_TARGET_PROBE_MAX_MS', intVar(1_000, 3_600_000)),

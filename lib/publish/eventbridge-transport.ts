@@ -1,4 +1,8 @@
-import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import type {
+  EventBridgeClient,
+  PutEventsCommandOutput,
+  PutEventsRequestEntry,
+} from '@aws-sdk/client-eventbridge';
 import { importOptional } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
@@ -12,6 +16,7 @@ import {
   sendOrdered,
 } from './batching.js';
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
+import { DirectCaller, type DirectCapableClient } from './direct-calls.js';
 import type { PayloadRef } from './envelope.js';
 import { eventBridgeMessage, publishedPayloadBytes } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
@@ -43,6 +48,8 @@ export interface EventBridgeTransportOptions {
   onCall?: (() => void) | undefined;
   /** Stores payloads whose entry is over `maxBytes` in S3 (the claim check); without it such events fail. */
   payloads?: PayloadStore | undefined;
+  /** Send PutEvents directly after the first call (direct-calls.ts). */
+  directCalls?: boolean | undefined;
 }
 
 interface Prepared {
@@ -59,10 +66,14 @@ interface Prepared {
 export class EventBridgeTransport implements Transport {
   readonly key: string;
   private readonly maxBytes: number;
+  private readonly direct: DirectCaller<PutEventsCommandOutput> | undefined;
 
   constructor(private readonly options: EventBridgeTransportOptions) {
     this.key = options.key ?? `eventbridge:${options.busName}`;
     this.maxBytes = options.maxBytes ?? BROKER_MESSAGE_MAX_BYTES;
+    this.direct = options.directCalls
+      ? new DirectCaller(options.client as unknown as DirectCapableClient)
+      : undefined;
   }
 
   async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
@@ -137,9 +148,11 @@ export class EventBridgeTransport implements Transport {
       const response = await schedule(() =>
         guardedCall(context, (abortSignal) => {
           this.options.onCall?.();
-          return this.options.client.send(new PutEventsCommand({ Entries: batch.map((p) => p.entry) }), {
-            abortSignal,
-          });
+          const input = { Entries: batch.map((p) => p.entry) };
+          const command = () => new PutEventsCommand(input);
+          return this.direct
+            ? this.direct.send(command, input, abortSignal)
+            : this.options.client.send(command(), { abortSignal });
         }),
       );
       batch.forEach((p, i) => {

@@ -256,6 +256,15 @@ export interface AwsPublisherOptions extends RoutingPublisherOptions {
   /** Called once per API call. */
   onCall?: () => void;
   /**
+   * Direct calls (default off): after each target's first call through the
+   * client, SendMessageBatch and PutEvents go out without the SDK's
+   * middleware stack, signed with the client's credentials and sent by its
+   * HTTP handler to the endpoint that first call used. About half the
+   * relay's CPU per event (docs/deploy.md, "Direct calls"). Leave off for a
+   * client with middleware of its own (X-Ray capture, a custom retry strategy).
+   */
+  directCalls?: boolean | undefined;
+  /**
    * The claim check: an event whose message is over its target's limit has
    * its payload stored in this S3 bucket and the message carries a pointer
    * (`payloadRef`); consumers fetch it (docs/consumer.md, "Large payloads").
@@ -268,6 +277,7 @@ const optionsSchema = z.object({
   routes: routesSchema,
   source: z.string().min(1).max(256).default(AWS_PUBLISHER_DEFAULTS.source),
   concurrency: z.int().min(1).max(256).default(AWS_PUBLISHER_DEFAULTS.concurrency),
+  directCalls: z.boolean().optional(),
   largePayloads: z
     .object({
       bucket: z.string().min(1),
@@ -333,6 +343,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             schedule,
             onCall: options.onCall,
             payloads,
+            directCalls: options.directCalls,
           })
         : new EventBridgeTransport({
             client: eventBridge as Pick<EventBridgeClient, 'send'>,
@@ -342,6 +353,7 @@ export function createAwsPublisher(options: AwsPublisherOptions): RoutingPublish
             schedule,
             onCall: options.onCall,
             payloads,
+            directCalls: options.directCalls,
           }),
   );
   return new RoutingPublisher(new RouteTable(options.routes), transports, options);

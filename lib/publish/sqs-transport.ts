@@ -1,4 +1,9 @@
-import type { SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
+import { createHash } from 'node:crypto';
+import type {
+  SendMessageBatchCommandOutput,
+  SendMessageBatchRequestEntry,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { importOptional } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
@@ -12,6 +17,7 @@ import {
   sendOrdered,
 } from './batching.js';
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
+import { DirectCaller, type DirectCapableClient } from './direct-calls.js';
 import type { PayloadRef } from './envelope.js';
 import { publishedPayloadBytes, sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
@@ -37,6 +43,11 @@ export interface SqsTransportOptions {
   onCall?: (() => void) | undefined;
   /** Stores payloads whose message is over `maxMessageBytes` in S3 (the claim check); without it such events fail. */
   payloads?: PayloadStore | undefined;
+  /**
+   * Send SendMessageBatch directly after the first call (direct-calls.ts):
+   * the client's credentials, endpoint and HTTP handler, not its middleware.
+   */
+  directCalls?: boolean | undefined;
 }
 
 /**
@@ -63,6 +74,25 @@ interface Prepared {
 }
 
 /**
+ * The SDK's check of a SendMessageBatch answer, kept for direct calls: the
+ * MD5 SQS reports for each accepted body must be that of the body sent.
+ * A mismatch fails the call, as it fails the SDK's.
+ */
+function checkBodyDigests(
+  entries: readonly SendMessageBatchRequestEntry[],
+  output: SendMessageBatchCommandOutput,
+): void {
+  const bodies = new Map(entries.map((e) => [e.Id, e.MessageBody ?? '']));
+  const wrong: string[] = [];
+  for (const ok of output.Successful ?? []) {
+    const body = bodies.get(ok.Id);
+    if (body === undefined || !ok.MD5OfMessageBody) continue;
+    if (createHash('md5').update(body).digest('hex') !== ok.MD5OfMessageBody) wrong.push(ok.Id ?? '');
+  }
+  if (wrong.length > 0) throw new Error(`Invalid MD5 checksum on messages: ${wrong.join(', ')}`);
+}
+
+/**
  * Publishes to one SQS queue (standard or FIFO, told by the `.fifo` suffix)
  * with SendMessageBatch: at most 10 entries and `maxMessageBytes` per call,
  * one result per event from the response's `Successful` and `Failed` lists.
@@ -71,11 +101,18 @@ export class SqsTransport implements Transport {
   readonly key: string;
   private readonly fifo: boolean;
   private readonly maxBytes: number;
+  private readonly direct: DirectCaller<SendMessageBatchCommandOutput> | undefined;
+  private readonly checkDigests: boolean;
 
   constructor(private readonly options: SqsTransportOptions) {
     this.key = `sqs:${options.queueUrl}`;
     this.fifo = options.queueUrl.endsWith('.fifo');
     this.maxBytes = options.maxMessageBytes ?? BROKER_MESSAGE_MAX_BYTES;
+    this.direct = options.directCalls
+      ? new DirectCaller(options.client as unknown as DirectCapableClient)
+      : undefined;
+    // The SQS client's `md5` option (default on) covers direct calls too.
+    this.checkDigests = (options.client as { config?: { md5?: boolean } }).config?.md5 !== false;
   }
 
   async send(events: readonly OutboxEvent[], context: SendContext = {}): Promise<Map<string, TargetResult>> {
@@ -161,16 +198,17 @@ export class SqsTransport implements Transport {
     const schedule = this.options.schedule ?? ((call) => call());
     return async (batch: Prepared[]) => {
       const { SendMessageBatchCommand } = await loadSqs();
+      const input = { QueueUrl: this.options.queueUrl, Entries: batch.map((p) => p.entry) };
       const response = await schedule(() =>
-        guardedCall(context, (abortSignal) => {
+        guardedCall(context, async (abortSignal) => {
           this.options.onCall?.();
-          return this.options.client.send(
-            new SendMessageBatchCommand({
-              QueueUrl: this.options.queueUrl,
-              Entries: batch.map((p) => p.entry),
-            }),
-            { abortSignal },
-          );
+          const command = () => new SendMessageBatchCommand(input);
+          if (!this.direct) return this.options.client.send(command(), { abortSignal });
+          const direct = this.direct.direct;
+          const output = await this.direct.send(command, input, abortSignal);
+          // The SDK checks the digests of its own calls; a direct call's are checked here.
+          if (direct && this.checkDigests) checkBodyDigests(input.Entries, output);
+          return output;
         }),
       );
       const byEntryId = new Map(batch.map((p) => [p.entry.Id, p.event.id]));

@@ -17,6 +17,9 @@ import type { AddressInfo } from 'node:net';
  *   long before it is forwarded, a network round trip as a function in AWS
  *   waits for one, without spending the machine's CPU.
  *
+ * - `answerNext(...)` (tests): the next requests get these answers instead
+ *   of being forwarded, one each: a 503, an error page.
+ *
  * Nothing in the deployed bundle knows about it.
  */
 export class FaultProxy {
@@ -28,6 +31,7 @@ export class FaultProxy {
   delayMs = 0;
   /** Also fails every PutEvents entry whose Detail contains one of these. */
   readonly failDetailsContaining = new Set<string>();
+  private readonly answers: Array<{ status: number; body: string }> = [];
 
   private constructor(
     private readonly server: http.Server,
@@ -60,7 +64,21 @@ export class FaultProxy {
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
+  /** The next requests, one answer each, are answered so and not forwarded (counted as forwarded). */
+  answerNext(...answers: Array<{ status: number; body: string }>): void {
+    this.answers.push(...answers);
+  }
+
   private handle(req: http.IncomingMessage, res: http.ServerResponse) {
+    const answer = this.answers.shift();
+    if (answer) {
+      this.forwarded++;
+      req.resume();
+      req.on('end', () =>
+        res.writeHead(answer.status, { 'content-type': 'application/json' }).end(answer.body),
+      );
+      return;
+    }
     const upstream = this.upstream;
     if (!upstream) {
       res.writeHead(503).end();

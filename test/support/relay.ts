@@ -24,6 +24,7 @@ export function emulatorRelay(
     now?: () => number;
     onCall?: () => void;
     largePayloads?: LargePayloadOptions;
+    directCalls?: boolean;
   } = {},
 ) {
   const log = captureLogger();
@@ -37,6 +38,7 @@ export function emulatorRelay(
     circuit: extra.circuit,
     onCall: extra.onCall,
     largePayloads: extra.largePayloads,
+    directCalls: extra.directCalls,
   });
   const relay = new Relay({
     db: pool,
