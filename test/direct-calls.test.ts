@@ -236,6 +236,30 @@ describe('direct calls: retries and errors at the HTTP level', () => {
     expect(result?.ok === false && result.error).toContain('bad detail');
   });
 
+  it('checks the digest SQS returns for each body, as the SDK does', async () => {
+    const sqs = new SQSClient({
+      endpoint: proxy.endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+      maxAttempts: 1,
+    });
+    const queue = await createQueue(aws.sqs, uniqueName('direct-md5'));
+    const transport = new SqsTransport({ client: sqs, queueUrl: queue.url, directCalls: true });
+    const e0 = event(0);
+    expect((await transport.send([e0])).get(e0.id)).toEqual({ ok: true });
+    // An answer whose digest is not that of the body sent.
+    proxy.answerNext({
+      status: 200,
+      body: '{"Successful":[{"Id":"e0","MessageId":"m-1","MD5OfMessageBody":"00000000000000000000000000000000"}],"Failed":[]}',
+    });
+    const e1 = event(1);
+    const result = (await transport.send([e1])).get(e1.id);
+    expect(result).toMatchObject({ ok: false, retryable: true });
+    expect(result?.ok === false && result.error).toContain('Invalid MD5 checksum');
+    const e2 = event(2);
+    expect((await transport.send([e2])).get(e2.id)).toEqual({ ok: true });
+  });
+
   it('takes an error page that is not JSON by its status', async () => {
     const transport = new EventBridgeTransport({
       client: eventBridge,

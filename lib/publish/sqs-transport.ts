@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type {
   SendMessageBatchCommandOutput,
   SendMessageBatchRequestEntry,
@@ -87,7 +87,7 @@ function checkBodyDigests(
   for (const ok of output.Successful ?? []) {
     const body = bodies.get(ok.Id);
     if (body === undefined || !ok.MD5OfMessageBody) continue;
-    if (createHash('md5').update(body).digest('hex') !== ok.MD5OfMessageBody) wrong.push(ok.Id ?? '');
+    if (hash('md5', body) !== ok.MD5OfMessageBody) wrong.push(ok.Id ?? '');
   }
   if (wrong.length > 0) throw new Error(`Invalid MD5 checksum on messages: ${wrong.join(', ')}`);
 }
