@@ -4,8 +4,9 @@
  * emulator or the benchmark. Prints one JSON line:
  * { published, seconds, calls, cpu_user_ms, cpu_system_ms }.
  *
- * Env: DATABASE_URL; PUBLISHER=null|sqs|eventbridge; QUEUE_URL (sqs);
- * BUS_NAME (eventbridge); RELAY (JSON options); CONCURRENCY (API calls in
+ * Env: DATABASE_URL; PUBLISHER=null|sqs|eventbridge|both (both: each event
+ * to the queue and the bus, as the reference stack routes it); QUEUE_URL
+ * (sqs, both); BUS_NAME (eventbridge, both); RELAY (JSON options); CONCURRENCY (API calls in
  * flight, default 16); TIME_BOX_MS (stop claiming after this long, default
  * 600 s); SDK_MD5=off (SQS client option md5: false: do not hash every
  * message body and check the digests SQS returns; the SDK's default, and the
@@ -29,15 +30,14 @@ const sdkOptions = {
 const md5 = process.env.SDK_MD5 === 'off' ? { md5: false as const } : {};
 let calls = 0;
 const kind = process.env.PUBLISHER ?? 'null';
-const target =
-  kind === 'sqs'
-    ? { type: 'sqs' as const, queueUrl: process.env.QUEUE_URL as string }
-    : { type: 'eventbridge' as const, busName: process.env.BUS_NAME as string };
+const queue = { type: 'sqs' as const, queueUrl: process.env.QUEUE_URL as string };
+const bus = { type: 'eventbridge' as const, busName: process.env.BUS_NAME as string };
+const targets = kind === 'both' ? [queue, bus] : kind === 'sqs' ? [queue] : [bus];
 const publisher =
   kind === 'null'
     ? new NullPublisher()
     : createAwsPublisher({
-        routes: [{ match: '*', targets: [target] }],
+        routes: [{ match: '*', targets }],
         sqs: new SQSClient({ ...sdkOptions, ...md5 }),
         eventBridge: new EventBridgeClient(sdkOptions),
         source: 'outbox',

@@ -151,6 +151,23 @@ export function envelopeJson(
     Partial<Pick<OutboxEvent, 'replayId'>>,
   payloadRef?: PayloadRef,
 ): string {
+  if (payloadRef) return buildEnvelope(event, payloadRef);
+  // A claimed row is built once for all its targets (a queue and a bus, as
+  // deployed): a claim's rows are not changed while they are published.
+  let text = envelopes.get(event);
+  if (text === undefined) {
+    text = buildEnvelope(event, undefined);
+    envelopes.set(event, text);
+  }
+  return text;
+}
+
+const envelopes = new WeakMap<object, string>();
+
+function buildEnvelope(
+  event: Parameters<typeof envelopeJson>[0],
+  payloadRef: PayloadRef | undefined,
+): string {
   const headers = checkedHeaders(event);
   let payloadField: string;
   if (payloadRef) {

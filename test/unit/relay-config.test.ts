@@ -13,6 +13,7 @@ describe('loadRelayConfig', () => {
       eventSource: 'outbox',
       concurrency: 8,
       listen: false,
+      directCalls: false,
       circuit: { failureThreshold: undefined, probeMaxMs: undefined },
     });
   });
@@ -32,6 +33,7 @@ describe('loadRelayConfig', () => {
       OUTBOX_SAFETY_MARGIN_MS: '5000',
       OUTBOX_IDLE_WAIT_MS: '100',
       OUTBOX_LISTEN: 'true',
+      OUTBOX_DIRECT_CALLS: 'true',
       OUTBOX_CONCURRENCY: '16',
       OUTBOX_EVENT_SOURCE: 'shop.orders',
       OUTBOX_MAX_PENDING_AGE_MS: '7200000',
@@ -51,7 +53,12 @@ describe('loadRelayConfig', () => {
       idleWaitMs: 100,
       maxPendingAgeMs: 7_200_000,
     });
-    expect(config).toMatchObject({ concurrency: 16, listen: true, eventSource: 'shop.orders' });
+    expect(config).toMatchObject({
+      concurrency: 16,
+      listen: true,
+      directCalls: true,
+      eventSource: 'shop.orders',
+    });
   });
 
   const bad: Array<[string, Record<string, string>, RegExp]> = [
@@ -80,6 +87,7 @@ describe('loadRelayConfig', () => {
     ['OUTBOX_BATCH_SIZE', { OUTBOX_ROUTES: routes, OUTBOX_BATCH_SIZE: '0' }, /from 1 to 5000/],
     ['OUTBOX_ORDERING', { OUTBOX_ROUTES: routes, OUTBOX_ORDERING: 'fifo' }, /"none" or "aggregate"/],
     ['OUTBOX_LISTEN', { OUTBOX_ROUTES: routes, OUTBOX_LISTEN: 'maybe' }, /true or false/],
+    ['OUTBOX_DIRECT_CALLS', { OUTBOX_ROUTES: routes, OUTBOX_DIRECT_CALLS: 'yes' }, /true or false/],
     ['OUTBOX_MAX_PER_AGGREGATE', { OUTBOX_ROUTES: routes, OUTBOX_MAX_PER_AGGREGATE: '0' }, /from 1 to 5000/],
   ];
   it.each(bad)('%s bad → ConfigError naming it (%#)', (variable, env, message) => {
