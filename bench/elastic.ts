@@ -123,7 +123,7 @@ const percentile = (sorted: number[], p: number) =>
  * Orders one every 10 s; commit → published per event, from the database's
  * clock; and what the relay billed meanwhile, per hour at that rate.
  */
-async function latency(stack: DeployedStack, count: number, wake: (() => Promise<void>) | undefined) {
+async function latency(stack: DeployedStack, count: number, wake: (() => Promise<unknown>) | undefined) {
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail); // what came before
   const started = Date.now();

@@ -4,7 +4,7 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { ValidationError } from 'pg-lambda-outbox';
+import { createRelayWaker, type RelayWaker, ValidationError, type WakeOutcome } from 'pg-lambda-outbox';
 import { databaseConfig, schemaVar } from 'pg-lambda-outbox/lambda';
 import {
   parseRedriveInput,
@@ -24,6 +24,22 @@ const schema = schemaVar(process.env);
 const MAX_LOGGED_IDS = 1000;
 
 let pool: Promise<pg.Pool> | undefined;
+
+/**
+ * Redriven and replayed events are pending again: the relay is woken at
+ * once (OUTBOX_RELAY_FUNCTION, the reference stack's relay) instead of
+ * leaving them to the next schedule tick, which an elastic relay may be a
+ * minute away from. Skipped while a relay holds a slot: that one takes them.
+ */
+let waker: RelayWaker | undefined;
+
+async function wakeRelay(changed: number): Promise<WakeOutcome | 'not-needed' | 'not-configured'> {
+  const functionName = process.env.OUTBOX_RELAY_FUNCTION;
+  if (changed === 0) return 'not-needed';
+  if (!functionName) return 'not-configured';
+  waker ??= createRelayWaker({ functionName, db: await getPool(), schema, logger });
+  return waker.wake();
+}
 
 async function buildPool(): Promise<pg.Pool> {
   const created = new pg.Pool({ ...(await databaseConfig()), max: 1 });
@@ -92,7 +108,7 @@ function validated<T>(event: unknown, who: ReturnType<typeof caller>, parse: (ev
  * audit logging; it publishes nothing itself (the relay does). The caller
  * identity logged here is also stored in the replay's audit row.
  */
-async function replayHandler(event: unknown, context: Context): Promise<ReplayResult> {
+async function replayHandler(event: unknown, context: Context): Promise<ReplayResult & WokenRelay> {
   const who = caller(event, context);
   const request = validated(event, who, parseReplayInput);
   const { requestedBy: _, ...filter } = request;
@@ -107,6 +123,7 @@ async function replayHandler(event: unknown, context: Context): Promise<ReplayRe
     schema,
   });
   metrics.addMetric('Replayed', MetricUnit.Count, result.replayed);
+  const relay = await wakeRelay(result.dryRun ? 0 : result.replayed);
   logger.info(result.dryRun ? 'replay dry run' : 'events replayed', {
     ...who,
     action: result.action,
@@ -115,10 +132,22 @@ async function replayHandler(event: unknown, context: Context): Promise<ReplayRe
     matched: result.matched,
     replayed: result.replayed,
     busy: result.busy,
+    relay,
     ids: result.ids.slice(0, MAX_LOGGED_IDS),
     ids_truncated: result.ids.length > MAX_LOGGED_IDS,
   });
-  return result;
+  return { ...result, relay };
+}
+
+/**
+ * What became of the relay after a request that made events pending again:
+ * `invoked` (woken), `relay-running` (a relay holds a slot and takes them),
+ * `failed` (the wake failed, logged; the schedule publishes them),
+ * `not-needed` (a dry run, a discard, nothing changed), `not-configured`
+ * (no OUTBOX_RELAY_FUNCTION).
+ */
+interface WokenRelay {
+  relay: WakeOutcome | 'not-needed' | 'not-configured';
 }
 
 /**
@@ -129,12 +158,13 @@ async function replayHandler(event: unknown, context: Context): Promise<ReplayRe
  * matched, reset, discarded, ids }` (a replay: `{ action, dryRun, replayId,
  * matched, replayed, busy, ids }`). A bad request fails the invocation with the
  * `ValidationError` (errorType `ValidationError`, errorMessage naming the
- * field) and changes nothing.
+ * field) and changes nothing. Both results also say what became of the
+ * relay (`relay`: see {@link WokenRelay}).
  */
 export async function redriveHandler(
   event: unknown,
   context: Context,
-): Promise<RedriveResult | ReplayResult> {
+): Promise<(RedriveResult | ReplayResult) & WokenRelay> {
   if (actionOf(event) === 'replay') return replayHandler(event, context);
   const who = caller(event, context);
   const request = validated(event, who, parseRedriveInput);
@@ -145,6 +175,7 @@ export async function redriveHandler(
 
   if (result.action === 'discard') metrics.addMetric('Discarded', MetricUnit.Count, result.discarded);
   else metrics.addMetric('Redriven', MetricUnit.Count, result.reset);
+  const relay = await wakeRelay(result.dryRun ? 0 : result.reset);
   const done = result.action === 'discard' ? 'dead letters discarded' : 'dead letters redriven';
   logger.info(result.dryRun ? `${result.action} dry run` : done, {
     ...who,
@@ -154,10 +185,11 @@ export async function redriveHandler(
     reset: result.reset,
     discarded: result.discarded,
     busy: result.busy,
+    relay,
     ids: result.ids.slice(0, MAX_LOGGED_IDS),
     ids_truncated: result.ids.length > MAX_LOGGED_IDS,
   });
-  return result;
+  return { ...result, relay };
 }
 
 export const handler = middy(redriveHandler).use(injectLambdaContext(logger)).use(logMetrics(metrics));

@@ -38,6 +38,7 @@ export {
   type LambdaSender,
   type RelayWaker,
   type RelayWakerOptions,
+  type WakeOutcome,
 } from './outbox/relay-waker.js';
 export type { NewOutboxEvent, OutboxEvent } from './outbox/types.js';
 export type { ValidateOptions } from './outbox/validate-event.js';

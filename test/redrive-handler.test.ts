@@ -52,6 +52,7 @@ describe('functions/redrive handler', () => {
       discarded: 0,
       busy: 0,
       ids: ids.slice(0, 3),
+      relay: 'not-needed',
     });
 
     const done = await handler(
@@ -66,6 +67,7 @@ describe('functions/redrive handler', () => {
       discarded: 0,
       busy: 0,
       ids: ids.slice(0, 3),
+      relay: 'not-configured', // no OUTBOX_RELAY_FUNCTION here; the deployed stack sets it
     });
 
     const refused = await handler({ eventType: 'order.paid', limit: 50_000 }, context as never).catch(
@@ -137,6 +139,7 @@ describe('functions/redrive handler', () => {
       replayed: 0,
       busy: 0,
       ids: ids.slice(0, 2),
+      relay: 'not-needed',
     });
     const done = await handler(
       { action: 'replay', eventType: 'order.created', requestedBy: 'bob' },

@@ -80,10 +80,12 @@ describe('createRelayWaker', () => {
     const waker = createRelayWaker({ functionName: FUNCTION, lambda, keepAliveMs: 2_000, now: () => clock });
     const sentAt = Date.now();
     // Five commits within the keep-alive: one relay is woken and kept alive by them.
+    const outcomes = [];
     for (let i = 0; i < 5; i++) {
       clock += 300;
-      await waker.wake();
+      outcomes.push(await waker.wake());
     }
+    expect(outcomes).toEqual(['invoked', 'debounced', 'debounced', 'debounced', 'debounced']);
     const invokeMs = Date.now() - sentAt;
     expect(waker.invocations).toBe(1);
     await until(() => starts.length >= 1, 30_000);
@@ -94,7 +96,7 @@ describe('createRelayWaker', () => {
 
     // A quiet spell longer than the keep-alive: the next commit wakes a relay again.
     clock += 2_500;
-    await waker.wake();
+    expect(await waker.wake()).toBe('invoked');
     expect(waker.invocations).toBe(2);
     await until(() => starts.length >= 2, 30_000);
     expect(starts).toHaveLength(2);
@@ -114,7 +116,7 @@ describe('createRelayWaker', () => {
     await db.pool.query(
       "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute')",
     );
-    for (let i = 0; i < 5; i++) await waker.wake();
+    for (let i = 0; i < 5; i++) expect(await waker.wake()).toBe('relay-running');
     expect(waker.invocations).toBe(2);
     expect(waker.skippedWhileRunning).toBe(5);
     // Its time is up (it died): a slot past its time holds nothing.
@@ -126,8 +128,8 @@ describe('createRelayWaker', () => {
   it('a wake that fails is logged, never thrown, and the next commit tries again', async () => {
     const log = captureLogger();
     const waker = createRelayWaker({ functionName: 'no-such-function', lambda, logger: log.logger });
-    await expect(waker.wake()).resolves.toBeUndefined();
-    await expect(waker.wake()).resolves.toBeUndefined();
+    await expect(waker.wake()).resolves.toBe('failed');
+    await expect(waker.wake()).resolves.toBe('failed');
     expect(waker.invocations).toBe(2);
     expect(log.lines.map((l) => [l.level, l.message])).toEqual([
       ['warn', 'could not wake the relay; the schedule will publish the events'],

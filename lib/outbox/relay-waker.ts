@@ -47,6 +47,14 @@ export interface RelayWakerOptions {
   now?: () => number;
 }
 
+/**
+ * What a wake did: `invoked` (the relay was started), `relay-running` (a
+ * relay held a slot and takes the events; with `db`), `debounced` (a wake
+ * less than `keepAliveMs` ago started one; without `db`), `failed` (the
+ * Invoke failed and was logged; the schedule publishes the events).
+ */
+export type WakeOutcome = 'invoked' | 'relay-running' | 'debounced' | 'failed';
+
 export interface RelayWaker {
   /**
    * Call right after a transaction that enqueued events has committed. Starts
@@ -55,9 +63,9 @@ export interface RelayWaker {
    * alive, less than `keepAliveMs` ago. Never rejects:
    * a failed wake is logged, and the schedule publishes the events anyway.
    * In a Lambda producer, await it before returning (a frozen invocation
-   * sends nothing).
+   * sends nothing). Resolves to what it did.
    */
-  wake(): Promise<void>;
+  wake(): Promise<WakeOutcome>;
   /** Invocations started so far. */
   readonly invocations: number;
   /** Wakes that invoked nothing because a relay held a slot (with `db`). */
@@ -123,12 +131,12 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
     get skippedWhileRunning() {
       return skippedWhileRunning;
     },
-    async wake() {
+    async wake(): Promise<WakeOutcome> {
       if (running) {
         try {
           if (await running()) {
             skippedWhileRunning++;
-            return;
+            return 'relay-running';
           }
         } catch (error) {
           logger.warn('could not look for a running relay; waking it', { error: String(error) });
@@ -137,11 +145,12 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
         const at = now();
         const quiet = at - lastWakeAt >= keepAliveMs;
         lastWakeAt = at;
-        if (!quiet) return;
+        if (!quiet) return 'debounced';
       }
       invocations++;
       try {
         await invoke();
+        return 'invoked';
       } catch (error) {
         // The next wake tries again; the schedule is the safety net.
         lastWakeAt = Number.NEGATIVE_INFINITY;
@@ -149,6 +158,7 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
           function_name: options.functionName,
           error: String(error),
         });
+        return 'failed';
       }
     },
   };

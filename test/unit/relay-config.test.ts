@@ -87,7 +87,7 @@ describe('loadRelayConfig', () => {
     ['OUTBOX_BATCH_SIZE', { OUTBOX_ROUTES: routes, OUTBOX_BATCH_SIZE: '0' }, /from 1 to 5000/],
     ['OUTBOX_ORDERING', { OUTBOX_ROUTES: routes, OUTBOX_ORDERING: 'fifo' }, /"none" or "aggregate"/],
     ['OUTBOX_LISTEN', { OUTBOX_ROUTES: routes, OUTBOX_LISTEN: 'maybe' }, /true or false/],
-    ['OUTBOX_DIRECT_CALLS', { OUTBOX_ROUTES: routes, OUTBOX_DIRECT_CALLS: 'yes' }, /true or false/],
+    ['OUTBOX_DIRECT_CALLS', { OUTBOX_ROUTES: routes, OUTBOX_DIRECT_CALLS: 'on' }, /true or false/],
     ['OUTBOX_MAX_PER_AGGREGATE', { OUTBOX_ROUTES: routes, OUTBOX_MAX_PER_AGGREGATE: '0' }, /from 1 to 5000/],
   ];
   it.each(bad)('%s bad → ConfigError naming it (%#)', (variable, env, message) => {
