@@ -260,6 +260,34 @@ describe('direct calls: retries and errors at the HTTP level', () => {
     expect((await transport.send([e2])).get(e2.id)).toEqual({ ok: true });
   });
 
+  it("corrects the client's clock offset from a skewed answer's Date and signs again, as the SDK does", async () => {
+    const transport = new EventBridgeTransport({
+      client: eventBridge,
+      busName: bus,
+      source: 'outbox',
+      directCalls: true,
+    });
+    await transport.send([event(0)]);
+    const config = eventBridge.config as { systemClockOffset?: number };
+    const before = config.systemClockOffset ?? 0;
+    // The service's clock is 10 minutes ahead of ours.
+    proxy.answerNext({
+      status: 403,
+      body: '{"__type":"InvalidSignatureException","message":"Signature expired"}',
+      headers: { date: new Date(Date.now() + 600_000).toUTCString() },
+    });
+    const forwarded = proxy.forwarded;
+    const e1 = event(1);
+    try {
+      expect((await transport.send([e1])).get(e1.id)).toEqual({ ok: true });
+      expect(proxy.forwarded - forwarded).toBe(2); // refused, then signed again
+      expect(config.systemClockOffset).toBeGreaterThan(590_000);
+      expect(config.systemClockOffset).toBeLessThan(610_000);
+    } finally {
+      config.systemClockOffset = before;
+    }
+  });
+
   it('takes an error page that is not JSON by its status', async () => {
     const transport = new EventBridgeTransport({
       client: eventBridge,

@@ -103,6 +103,8 @@ export class DirectCallError extends Error {
   readonly $metadata: { httpStatusCode: number; requestId?: string | undefined };
   /** The query-compatible code (SQS's `x-amzn-query-error`), when the service sends one. */
   readonly Code?: string | undefined;
+  /** The answer's Date moved the client's clock offset by minutes: signed again, the call may pass. */
+  clockSkewCorrected = false;
 
   constructor(name: string, message: string, status: number, requestId?: string, code?: string) {
     super(message);
@@ -154,6 +156,24 @@ function errorFrom(response: HttpResponseLike, text: string): DirectCallError {
   );
 }
 
+/**
+ * The SDK's clock-skew correction, on a refused call: the answer's Date sets
+ * the client's clock offset (`systemClockOffset`, which later calls, direct
+ * or not, sign with). True when that moved it by 4 minutes or more, the
+ * SDK's threshold for signing again at once.
+ */
+function correctClockSkew(config: ResolvedConfig, response: HttpResponseLike, sentAt: number): boolean {
+  const date = header(response.headers, 'date');
+  if (!date || header(response.headers, 'age') !== undefined) return false;
+  const serverTime = Date.parse(date);
+  const receivedAt = Date.now();
+  if (Number.isNaN(serverTime) || receivedAt - sentAt > 900_000) return false;
+  const before = config.systemClockOffset ?? 0;
+  const offset = serverTime - receivedAt;
+  config.systemClockOffset = offset;
+  return Math.abs(offset) >= 240_000 && offset !== before;
+}
+
 /** Waits `ms`, or less if the signal aborts. */
 function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve) => {
@@ -202,7 +222,10 @@ export class DirectCaller<T> {
       } catch (error) {
         const failure = classifyCallError(error);
         const transient =
-          failure.kind === 'network' || failure.kind === 'throttled' || failure.kind === 'server';
+          failure.kind === 'network' ||
+          failure.kind === 'throttled' ||
+          failure.kind === 'server' ||
+          (error instanceof DirectCallError && error.clockSkewCorrected);
         if (!transient || attempt >= maxAttempts || abortSignal?.aborted) throw error;
         await pause(retryDelayMs(attempt, failure.kind === 'throttled'), abortSignal);
         if (abortSignal?.aborted) throw error;
@@ -227,11 +250,16 @@ export class DirectCaller<T> {
       { ...kept.request, headers, body },
       { signingDate: new Date(Date.now() + (config.systemClockOffset ?? 0)) },
     );
+    const sentAt = Date.now();
     const { response } = await config.requestHandler.handle(signed, { abortSignal });
     const bytes =
       response.body === undefined ? new Uint8Array() : await config.streamCollector(response.body);
     const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
-    if (response.statusCode < 200 || response.statusCode > 299) throw errorFrom(response, text);
+    if (response.statusCode < 200 || response.statusCode > 299) {
+      const error = errorFrom(response, text);
+      error.clockSkewCorrected = correctClockSkew(config, response, sentAt);
+      throw error;
+    }
     return (text ? JSON.parse(text) : {}) as T;
   }
 

@@ -31,7 +31,7 @@ export class FaultProxy {
   delayMs = 0;
   /** Also fails every PutEvents entry whose Detail contains one of these. */
   readonly failDetailsContaining = new Set<string>();
-  private readonly answers: Array<{ status: number; body: string }> = [];
+  private readonly answers: Array<{ status: number; body: string; headers?: Record<string, string> }> = [];
 
   private constructor(
     private readonly server: http.Server,
@@ -65,7 +65,7 @@ export class FaultProxy {
   }
 
   /** The next requests, one answer each, are answered so and not forwarded (counted as forwarded). */
-  answerNext(...answers: Array<{ status: number; body: string }>): void {
+  answerNext(...answers: Array<{ status: number; body: string; headers?: Record<string, string> }>): void {
     this.answers.push(...answers);
   }
 
@@ -75,7 +75,9 @@ export class FaultProxy {
       this.forwarded++;
       req.resume();
       req.on('end', () =>
-        res.writeHead(answer.status, { 'content-type': 'application/json' }).end(answer.body),
+        res
+          .writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers })
+          .end(answer.body),
       );
       return;
     }
