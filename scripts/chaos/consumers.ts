@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { alive, killNow, livePids, stopChildren } from './children.js';
+import { alive, isDown, killNow, livePids, Spawned, stopChildren } from './children.js';
 import type { ConsumerReport, Receipt } from './consumer-protocol.js';
 
 const ENTRY = fileURLToPath(new URL('./consumer-process.ts', import.meta.url));
@@ -21,6 +21,8 @@ export interface ConsumerFleetStats {
   killed: number;
   /** Processes that died on their own. */
   crashes: number;
+  /** Processes alive at the end that were no slot's (started twice): a suite bug, the run fails. */
+  strays: number;
 }
 
 interface Slot {
@@ -54,10 +56,12 @@ export class ConsumerFleet {
     errors: 0,
     killed: 0,
     crashes: 0,
+    strays: 0,
   };
   readonly errorSamples: string[] = [];
   private readonly slots: Slot[];
   private stopping = false;
+  private readonly spawned = new Spawned();
 
   constructor(private readonly options: ConsumerFleetOptions) {
     fs.mkdirSync(options.logDir, { recursive: true });
@@ -89,6 +93,7 @@ export class ConsumerFleet {
     });
     fs.closeSync(log);
     slot.child = child;
+    this.spawned.add(child);
     slot.expectKill = false;
     slot.inBatch = false;
     const ready = new Promise<void>((resolve) => {
@@ -108,7 +113,7 @@ export class ConsumerFleet {
       this.stats.crashes++;
       this.options.say(`consumer-${slot.index} died (exit ${code ?? signal}); restarting`);
       setTimeout(() => {
-        if (!this.stopping) void this.spawn(slot);
+        if (!this.stopping && isDown(slot.child)) void this.spawn(slot);
       }, 1_000);
     });
     return ready;
@@ -208,14 +213,12 @@ export class ConsumerFleet {
   /** Asks every consumer to finish its batch and exit; SIGKILLs those still up after `graceMs`. */
   async stop(graceMs = 20_000): Promise<void> {
     this.stopping = true;
-    await stopChildren(
-      this.slots.map((s) => s.child),
-      graceMs,
-    );
+    this.stats.strays = this.spawned.strays(this.slots.map((s) => s.child)).length;
+    await stopChildren(this.spawned.live(), graceMs);
   }
 
   /** Synchronous last resort (process exit): SIGKILL every child by pid. */
   killAllNow(): void {
-    killNow(this.pids());
+    killNow(livePids(this.spawned.live()));
   }
 }

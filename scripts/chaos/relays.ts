@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { alive, killNow, livePids, stopChildren } from './children.js';
+import { alive, isDown, killNow, livePids, Spawned, stopChildren } from './children.js';
 import { type RelayReport, TIMEOUT_EXIT_CODE } from './relay-protocol.js';
 
 const ENTRY = fileURLToPath(new URL('./relay-process.ts', import.meta.url));
@@ -27,6 +27,8 @@ export interface FleetStats {
   retried: number;
   dead_lettered: number;
   lease_lost: number;
+  /** Processes alive at the end that were no slot's (started twice): a suite bug, the run fails. */
+  strays: number;
 }
 
 interface Slot {
@@ -67,6 +69,7 @@ export class RelayFleet {
     retried: 0,
     dead_lettered: 0,
     lease_lost: 0,
+    strays: 0,
   };
   /** Evidence: first lines of what went wrong (errors, crashes). */
   readonly samples: { errors: string[]; crashes: string[] } = { errors: [], crashes: [] };
@@ -74,6 +77,7 @@ export class RelayFleet {
   readonly poisonCrashes: Array<{ poisonId: string; neighbours: string[] }> = [];
   private readonly slots: Slot[];
   private stopping = false;
+  private readonly spawned = new Spawned();
 
   constructor(private readonly options: RelayFleetOptions) {
     fs.mkdirSync(options.logDir, { recursive: true });
@@ -117,6 +121,7 @@ export class RelayFleet {
     });
     fs.closeSync(log);
     slot.child = child;
+    this.spawned.add(child);
     slot.expectKill = false;
     slot.poisonCrash = false;
     slot.stderrTail = '';
@@ -166,7 +171,7 @@ export class RelayFleet {
       this.stats.poison_crashes++;
       // Lambda starts a fresh sandbox for the next invocation.
       setTimeout(() => {
-        if (!this.stopping) void this.spawn(slot);
+        if (!this.stopping && isDown(slot.child)) void this.spawn(slot);
       }, 500);
       return;
     }
@@ -182,7 +187,7 @@ export class RelayFleet {
       this.options.say(`relay-${slot.index} died (exit ${code ?? signal}); restarting`);
       // A relay that cannot even start must not restart in a tight loop.
       setTimeout(() => {
-        if (!this.stopping) void this.spawn(slot);
+        if (!this.stopping && isDown(slot.child)) void this.spawn(slot);
       }, 1_000);
       return;
     }
@@ -214,14 +219,12 @@ export class RelayFleet {
   /** Asks every relay to finish its invocation and exit; SIGKILLs those still up after `graceMs`. */
   async stop(graceMs = 25_000): Promise<void> {
     this.stopping = true;
-    await stopChildren(
-      this.slots.map((s) => s.child),
-      graceMs,
-    );
+    this.stats.strays = this.spawned.strays(this.slots.map((s) => s.child)).length;
+    await stopChildren(this.spawned.live(), graceMs);
   }
 
   /** Synchronous last resort (process exit): SIGKILL every child by pid. */
   killAllNow(): void {
-    killNow(this.pids());
+    killNow(livePids(this.spawned.live()));
   }
 }
