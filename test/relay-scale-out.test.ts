@@ -11,7 +11,13 @@ import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
 import { resolveRelayOptions } from '../lib/relay/options.js';
 import { Relay, type RelaySummary } from '../lib/relay/relay.js';
-import { acquireRelaySlot, readyBacklog, relaySlotState } from '../lib/sql/relay-slots.js';
+import {
+  acquireRelaySlot,
+  anyRelaySlotHeld,
+  readyBacklog,
+  relaySlotState,
+  renewRelaySlot,
+} from '../lib/sql/relay-slots.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, insertEvents } from './support/events.js';
@@ -35,7 +41,12 @@ describe('relay slots', () => {
     try {
       const slots = await Promise.all(
         pools.map((pool) =>
-          acquireRelaySlot(pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 60_000 }),
+          acquireRelaySlot(pool, {
+            holder: crypto.randomUUID(),
+            maxRelays: 3,
+            holdMs: 60_000,
+            aliveMs: 60_000,
+          }),
         ),
       );
       expect(slots.filter((s) => s !== undefined).sort()).toEqual([0, 1, 2]);
@@ -47,13 +58,75 @@ describe('relay slots', () => {
     await db.pool.query(
       "UPDATE outbox_relay_slots SET held_until = now() - interval '1 second' WHERE slot = 1",
     );
+    const take = () =>
+      acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 1_000, aliveMs: 1_000 });
+    expect(await take()).toBe(1);
+    expect(await take()).toBeUndefined();
+  });
+
+  it('a holder that stops renewing its slot loses it within aliveMs, though its budget runs on', async () => {
+    const holder = crypto.randomUUID();
+    const slot = await acquireRelaySlot(db.pool, { holder, maxRelays: 1, holdMs: 60_000, aliveMs: 600 });
+    expect(slot).toBe(0);
+    const other = () =>
+      acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 1, holdMs: 60_000, aliveMs: 600 });
+    // Renewed twice, 400 ms apart: held all along.
+    for (let i = 0; i < 2; i++) {
+      await new Promise((r) => setTimeout(r, 400));
+      expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs: 600 })).toBe(true);
+      expect(await anyRelaySlotHeld(db.pool)).toBe(true);
+      expect(await other()).toBeUndefined();
+    }
+    // Then no more renewals (the relay was killed): free 600 ms later.
+    await new Promise((r) => setTimeout(r, 700));
+    expect(await anyRelaySlotHeld(db.pool)).toBe(false);
+    expect(await relaySlotState(db.pool, { maxRelays: 1 })).toMatchObject({ held: 0 });
+    expect(await other()).toBe(0);
+    // The old holder's renewal now says it lost the slot.
+    expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs: 600 })).toBe(false);
+  });
+
+  it('a slot row without alive_until (a relay from before the liveness column) is held until its budget ends', async () => {
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots (slot, holder, held_until) VALUES (0, gen_random_uuid(), now() + interval '1 minute')",
+    );
+    expect(await anyRelaySlotHeld(db.pool)).toBe(true);
     expect(
-      await acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 1_000 }),
-    ).toBe(1);
-    expect(
-      await acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 3, holdMs: 1_000 }),
+      await acquireRelaySlot(db.pool, {
+        holder: crypto.randomUUID(),
+        maxRelays: 1,
+        holdMs: 1_000,
+        aliveMs: 1_000,
+      }),
     ).toBeUndefined();
   });
+
+  it('a running relay renews its slot past slotAliveMs; one whose slot was taken stops claiming (busy)', async () => {
+    const { url } = await createQueue(aws.sqs, uniqueName('slot-alive'));
+    const { relay } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: url }] }], {
+      maxRelays: 1,
+      slotAliveMs: 400,
+      idleTailMs: null, // always on: it runs to its budget unless its slot goes
+    });
+    const running = relay.run({ remainingMs: budget(20_000), skipStats: true });
+    // Held for 1.5 s, more than three times slotAliveMs: renewed.
+    const until = performance.now() + 1_500;
+    while (performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await anyRelaySlotHeld(db.pool)).toBe(true);
+    }
+    await insertEvents(db.pool, 3);
+    await new Promise((r) => setTimeout(r, 500));
+    // Another relay takes the slot over (as if this one had missed its renewals).
+    await db.pool.query('UPDATE outbox_relay_slots SET holder = gen_random_uuid() WHERE slot = 0');
+    const started = performance.now();
+    const summary = await running;
+    expect(summary).toMatchObject({ stoppedBecause: 'busy', published: 3 });
+    expect(performance.now() - started).toBeLessThan(2_000);
+    // Its release left the other holder's row alone.
+    expect(await anyRelaySlotHeld(db.pool)).toBe(true);
+    expect(await drainQueue(aws.sqs, url, 3)).toHaveLength(3);
+  }, 30_000);
 
   it('readyBacklog counts ready events up to its bound and the age of the oldest', async () => {
     await insertEvents(db.pool, 30);
@@ -87,6 +160,8 @@ describe('relay slots', () => {
     expect(() => resolveRelayOptions({ maxRelays: 0 })).toThrow(ConfigError);
     expect(() => resolveRelayOptions({ maxRelays: 1.5 })).toThrow(/maxRelays/);
     expect(() => resolveRelayOptions({ scaleOutBacklog: 0 })).toThrow(/scaleOutBacklog/);
+    expect(() => resolveRelayOptions({ slotAliveMs: 0 })).toThrow(/slotAliveMs/);
+    expect(resolveRelayOptions({}).slotAliveMs).toBe(20_000);
     expect(resolveRelayOptions({}).maxRelays).toBeNull();
   });
 

@@ -73,6 +73,13 @@ export interface RelayOptions {
   /** Age of the oldest ready event at which a run starts more relays (with `maxRelays`). Default 10 s. */
   scaleOutAgeMs?: number;
   /**
+   * With `maxRelays`: a run renews its slot every quarter of this; a slot
+   * not renewed for this long is free, so a relay killed mid-run (out of
+   * memory, a crash of its runtime) stops counting as running within it.
+   * Default 20 s.
+   */
+  slotAliveMs?: number;
+  /**
    * Failures of the environment (outage, throttling, access denied, timeouts)
    * do not spend attempts; an event that has kept failing that way for
    * longer than this, counted from its first such failure since it was last
@@ -128,6 +135,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   maxRelays: null,
   scaleOutBacklog: 1_000,
   scaleOutAgeMs: 10_000,
+  slotAliveMs: 20_000,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
   waitingSummaryMs: 60_000,
@@ -167,7 +175,7 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
       `expected a whole number >= 1, or null for no slots (got ${String(maxRelays)})`,
     );
   }
-  for (const field of ['scaleOutBacklog', 'scaleOutAgeMs'] as const) {
+  for (const field of ['scaleOutBacklog', 'scaleOutAgeMs', 'slotAliveMs'] as const) {
     const value = resolved[field];
     if (!(Number.isInteger(value) && value >= 1)) {
       throw new ConfigError(field, `expected a whole number >= 1 (got ${String(value)})`);

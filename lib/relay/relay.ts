@@ -15,6 +15,7 @@ import {
   relayIsSurplus,
   relaySlotState,
   releaseRelaySlot,
+  renewRelaySlot,
   retryDueWithin,
 } from '../sql/relay-slots.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
@@ -728,6 +729,7 @@ export class Relay {
         holder,
         maxRelays,
         holdMs,
+        aliveMs: this.options.slotAliveMs,
         schema: this.options.schema,
       });
       if (slot !== undefined || attempt >= 2) return slot;
@@ -838,6 +840,46 @@ export class Relay {
     });
     const leaveIfEmpty = run.leaveIfEmpty === true && tailMs !== null;
     if (!leaveIfEmpty) firstClaim?.();
+
+    // The slot's heartbeat: renewed every quarter of slotAliveMs, so that a
+    // relay killed mid-run stops counting as running within slotAliveMs. A
+    // relay whose slot was taken meanwhile (not renewed in time: the
+    // database was out of reach) stops claiming, as one that found every
+    // slot held: never more than maxRelays claim at once for long.
+    let renewing = false;
+    const heartbeat =
+      held === undefined
+        ? undefined
+        : setInterval(
+            () => {
+              if (renewing || stop) return;
+              renewing = true;
+              renewRelaySlot(this.deps.db, {
+                ...held,
+                aliveMs: this.options.slotAliveMs,
+                schema: this.options.schema,
+              })
+                .then((still) => {
+                  if (still || stop) return;
+                  this.logger.warn('this relay no longer holds its slot; it stops claiming', {
+                    slot: held.slot,
+                  });
+                  stoppedBecause = 'busy';
+                  stop = true;
+                })
+                .catch((error) =>
+                  this.logger.warn('could not renew the relay slot', {
+                    slot: held.slot,
+                    error: String(error),
+                  }),
+                )
+                .finally(() => {
+                  renewing = false;
+                });
+            },
+            Math.max(1, Math.floor(this.options.slotAliveMs / 4)),
+          );
+    heartbeat?.unref?.();
 
     const loop = async (worker: number) => {
       if (worker > 0) {
@@ -961,6 +1003,7 @@ export class Relay {
     const results = await Promise.allSettled(
       Array.from({ length: this.options.workers }, (_, worker) => loop(worker)),
     );
+    if (heartbeat) clearInterval(heartbeat);
     this.logWaiting(true);
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     const summary: RelaySummary = {

@@ -3,30 +3,43 @@ import { perSchema } from '../db/schema.js';
 
 // Relay slots (migrations/1764900700000_outbox-relay-slots.sql): at most
 // maxRelays runs hold one at a time. Taking a slot inserts it, or takes over
-// a row whose holder's time ran out; two relays that pick the same free slot
-// at once conflict, and the one that waited on the other's insert finds it
+// a row that is no longer held; two relays that pick the same free slot at
+// once conflict, and the one that waited on the other's insert finds it
 // held and tries the next.
+//
+// Held: within its holder's time budget (held_until) and alive, its holder
+// having renewed alive_until lately (1764900800000_outbox-relay-slot-liveness;
+// NULL: a row from before it, alive until held_until).
+const held = (alias: string) =>
+  `${alias}.held_until > now() AND (${alias}.alive_until IS NULL OR ${alias}.alive_until > now())`;
 const sql = perSchema((t) => ({
   ACQUIRE: `
-    INSERT INTO ${t.relaySlots} AS s (slot, holder, held_until)
-    SELECT n, $1::uuid, now() + $3::float8 * interval '1 millisecond'
+    INSERT INTO ${t.relaySlots} AS s (slot, holder, held_until, alive_until)
+    SELECT n, $1::uuid, now() + $3::float8 * interval '1 millisecond',
+           now() + least($3::float8, $4::float8) * interval '1 millisecond'
     FROM generate_series(0, $2::int - 1) n
-    WHERE NOT EXISTS (SELECT 1 FROM ${t.relaySlots} h WHERE h.slot = n AND h.held_until > now())
+    WHERE NOT EXISTS (SELECT 1 FROM ${t.relaySlots} h WHERE h.slot = n AND ${held('h')})
     ORDER BY n
     LIMIT 1
-    ON CONFLICT (slot) DO UPDATE SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until
-      WHERE s.held_until <= now()
+    ON CONFLICT (slot) DO UPDATE
+      SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until, alive_until = EXCLUDED.alive_until
+      WHERE NOT (${held('s')})
     RETURNING slot`,
-  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} WHERE held_until > now()) AS held`,
+  RENEW: `
+    UPDATE ${t.relaySlots} s
+    SET alive_until = least(s.held_until, now() + $3::float8 * interval '1 millisecond')
+    WHERE s.slot = $1 AND s.holder = $2 AND ${held('s')}
+    RETURNING slot`,
+  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE ${held('s')}) AS held`,
   RELEASE: `DELETE FROM ${t.relaySlots} WHERE slot = $1 AND holder = $2`,
   STATE: `
     SELECT count(*)::int AS held,
-           coalesce(extract(epoch FROM min(held_until) - now()) * 1000, 0)::float8 AS next_free_ms
-    FROM ${t.relaySlots} WHERE slot < $1 AND held_until > now()`,
+           coalesce(extract(epoch FROM min(s.held_until) - now()) * 1000, 0)::float8 AS next_free_ms
+    FROM ${t.relaySlots} s WHERE s.slot < $1 AND ${held('s')}`,
   SURPLUS: `
     SELECT EXISTS (
       SELECT 1 FROM ${t.relaySlots} me JOIN ${t.relaySlots} o ON o.slot <> me.slot
-      WHERE me.slot = $1 AND me.holder = $2 AND o.held_until > now()
+      WHERE me.slot = $1 AND me.holder = $2 AND ${held('o')}
         AND (o.held_until > me.held_until OR (o.held_until = me.held_until AND o.slot < me.slot))
     ) AS surplus`,
   RETRY_DUE: `
@@ -49,11 +62,18 @@ const sql = perSchema((t) => ({
 
 /**
  * Takes a free slot of `0 .. maxRelays - 1` for `holdMs`: the slot's number,
- * or undefined when every one is held.
+ * or undefined when every one is held. The holder must renew it
+ * ({@link renewRelaySlot}) within `aliveMs`, or the slot frees then.
  */
 export async function acquireRelaySlot(
   db: Queryable,
-  options: { holder: string; maxRelays: number; holdMs: number; schema?: string | undefined },
+  options: {
+    holder: string;
+    maxRelays: number;
+    holdMs: number;
+    aliveMs: number;
+    schema?: string | undefined;
+  },
 ): Promise<number | undefined> {
   // A lost race for one slot tries the next; at most one try per slot.
   for (let i = 0; i < options.maxRelays; i++) {
@@ -61,12 +81,26 @@ export async function acquireRelaySlot(
       options.holder,
       options.maxRelays,
       options.holdMs,
+      options.aliveMs,
     ]);
     if (rows.length > 0) return rows[0].slot as number;
     const state = await relaySlotState(db, options);
     if (state.held >= options.maxRelays) return undefined;
   }
   return undefined;
+}
+
+/**
+ * The holder of `slot` is alive: its slot stays held for another `aliveMs`
+ * (never past its budget). False when it no longer holds the slot (it was
+ * not renewed in time and another relay took it, or it was released).
+ */
+export async function renewRelaySlot(
+  db: Queryable,
+  options: { slot: number; holder: string; aliveMs: number; schema?: string | undefined },
+): Promise<boolean> {
+  const { rows } = await db.query(sql(options.schema).RENEW, [options.slot, options.holder, options.aliveMs]);
+  return rows.length > 0;
 }
 
 /** Whether any relay holds a slot now: a relay is running. */
