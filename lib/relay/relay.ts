@@ -852,7 +852,8 @@ export class Relay {
         ? undefined
         : setInterval(
             () => {
-              if (renewing || stop) return;
+              // Winding down (out of time): the slot's budget ends with the run.
+              if (renewing || stop || timeLeft() <= 0) return;
               renewing = true;
               renewRelaySlot(this.deps.db, {
                 ...held,
@@ -860,7 +861,7 @@ export class Relay {
                 schema: this.options.schema,
               })
                 .then((still) => {
-                  if (still || stop) return;
+                  if (still || stop || timeLeft() <= 0) return;
                   this.logger.warn('this relay no longer holds its slot; it stops claiming', {
                     slot: held.slot,
                   });
