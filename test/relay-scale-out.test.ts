@@ -420,6 +420,26 @@ describe('scale in', () => {
     expect(alwaysOn).toMatchObject({ stoppedBecause: 'time', published: 5, slot: 1 });
   }, 30_000);
 
+  it('a relay killed mid-run holds back woken runs only until its slot is no longer renewed', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('dead-holder'));
+    // A relay that renewed its slot, then died (its budget had a minute to go).
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute', now() + interval '700 milliseconds')",
+    );
+    await insertEvents(db.pool, 4);
+    const wake = () =>
+      slotRelay(queue.url, { slotAliveMs: 700 }).run({
+        remainingMs: budget(30_000),
+        skipStats: true,
+        deferToRunning: true,
+      });
+    expect(await wake()).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });
+    await new Promise((r) => setTimeout(r, 800));
+    // Its slot is free: the next wake drains what waited, then leaves.
+    expect(await wake()).toMatchObject({ stoppedBecause: 'idle', published: 4 });
+    expect(await drainQueue(aws.sqs, queue.url, 4)).toHaveLength(4);
+  }, 30_000);
+
   it('an event committed while a leaving relay still held its slot is taken by that relay', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('leaving'));
     // A producer commits just before the relay lets its slot go: it saw the
