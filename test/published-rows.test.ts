@@ -106,7 +106,11 @@ describe("publishedRows: 'delete'", () => {
         { match: 'invoice.*', targets: [{ type: 'sqs', queueUrl: missing }] },
         { match: '*', targets: [{ type: 'sqs', queueUrl: fifo.url }] },
       ],
-      { publishedRows: 'delete', ordering: 'aggregate' },
+      // One worker: two claiming at once may split a-0's run (the second
+      // locks a later row first; the first then keeps only the prefix up to
+      // it, the second none of it), and the row left out waits behind the
+      // head, which is right but not what this test looks at.
+      { publishedRows: 'delete', ordering: 'aggregate', workers: 1 },
     );
     // Aggregate a-0: a head whose queue is missing, then two events for the
     // queue that works. They reach it (the head never goes there, so its
