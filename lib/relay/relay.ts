@@ -660,6 +660,20 @@ export class Relay {
     return { ...summary, slot, relaysStarted: this.relaysStarted };
   }
 
+  /** Renews this run's slot: false once another relay took it. A failed renewal says yes (it is tried again). */
+  private async stillHoldsSlot(held: { slot: number; holder: string }): Promise<boolean> {
+    try {
+      return await renewRelaySlot(this.deps.db, {
+        ...held,
+        aliveMs: this.options.slotAliveMs,
+        schema: this.options.schema,
+      });
+    } catch (error) {
+      this.logger.warn('could not renew the relay slot', { slot: held.slot, error: String(error) });
+      return true;
+    }
+  }
+
   /** No relay holds a slot. A failed check says no. */
   private async alone(maxRelays: number): Promise<boolean> {
     try {
@@ -855,28 +869,15 @@ export class Relay {
               // Winding down (out of time): the slot's budget ends with the run.
               if (renewing || stop || timeLeft() <= 0) return;
               renewing = true;
-              renewRelaySlot(this.deps.db, {
-                ...held,
-                aliveMs: this.options.slotAliveMs,
-                schema: this.options.schema,
-              })
-                .then((still) => {
-                  if (still || stop || timeLeft() <= 0) return;
-                  this.logger.warn('this relay no longer holds its slot; it stops claiming', {
-                    slot: held.slot,
-                  });
-                  stoppedBecause = 'busy';
-                  stop = true;
-                })
-                .catch((error) =>
-                  this.logger.warn('could not renew the relay slot', {
-                    slot: held.slot,
-                    error: String(error),
-                  }),
-                )
-                .finally(() => {
-                  renewing = false;
+              void this.stillHoldsSlot(held).then((still) => {
+                renewing = false;
+                if (still || stop || timeLeft() <= 0) return;
+                this.logger.warn('this relay no longer holds its slot; it stops claiming', {
+                  slot: held.slot,
                 });
+                stoppedBecause = 'busy';
+                stop = true;
+              });
             },
             Math.max(1, Math.floor(this.options.slotAliveMs / 4)),
           );

@@ -173,8 +173,7 @@ export class ConsumerFleet {
 
   async restart(index: number): Promise<void> {
     const slot = this.slots[index - 1];
-    if (!slot || this.stopping) return;
-    if (slot.child && alive(slot.child)) return;
+    if (!slot || this.stopping || !isDown(slot.child)) return;
     await this.spawn(slot);
   }
 
