@@ -40,6 +40,31 @@ export async function importOptional<T>(
 }
 
 /**
+ * {@link importOptional} once: the returned function loads the package at its
+ * first call and hands the same module to every later one. For loads on a hot
+ * path (a transport's every call): a dynamic `import()` is not free, and in a
+ * bundle (esbuild turns it into a `require` wrapped by `__toESM`) it copies
+ * the package's whole export list each time. A failed load is not kept: the
+ * next call tries again.
+ */
+export function optionalImportOnce<T>(
+  packageName: string,
+  neededFor: string,
+  load: () => Promise<T>,
+): () => Promise<T> {
+  let loaded: Promise<T> | undefined;
+  return () => {
+    if (!loaded) {
+      loaded = importOptional(packageName, neededFor, load);
+      loaded.catch(() => {
+        loaded = undefined;
+      });
+    }
+    return loaded;
+  };
+}
+
+/**
  * True when `error` says that `packageName` itself cannot be found (not one of
  * its own dependencies, which would be a broken install, not a missing peer).
  */

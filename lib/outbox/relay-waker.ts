@@ -1,9 +1,16 @@
 import type { Queryable } from '../db/queryable.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
-import { importOptional } from '../optional-dependency.js';
+import { optionalImportOnce } from '../optional-dependency.js';
 import { WAKE_SOURCE } from '../relay/invocation.js';
 import { anyRelaySlotHeld } from '../sql/relay-slots.js';
+
+/** The Lambda client's classes, loaded at the first wake. */
+const loadLambda = optionalImportOnce(
+  '@aws-sdk/client-lambda',
+  'createRelayWaker',
+  () => import('@aws-sdk/client-lambda'),
+);
 
 /**
  * What the waker needs of a Lambda client: its `send`. Written out so that
@@ -108,11 +115,7 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
   const running = db ? () => anyRelaySlotHeld(db, schema) : undefined;
 
   async function invoke(): Promise<void> {
-    const { InvokeCommand, LambdaClient } = await importOptional(
-      '@aws-sdk/client-lambda',
-      'createRelayWaker',
-      () => import('@aws-sdk/client-lambda'),
-    );
+    const { InvokeCommand, LambdaClient } = await loadLambda();
     lambda ??= new LambdaClient({ maxAttempts: 2 });
     await lambda.send(
       new InvokeCommand({

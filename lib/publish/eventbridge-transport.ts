@@ -3,7 +3,7 @@ import type {
   PutEventsCommandOutput,
   PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
-import { importOptional } from '../optional-dependency.js';
+import { optionalImportOnce } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
@@ -25,12 +25,11 @@ import type { SendContext, TargetResult, Transport } from './types.js';
  * The SDK's command classes, loaded at the first call: the caller brings the
  * client, and a service that only writes events never loads the SDK.
  */
-const loadEventBridge = () =>
-  importOptional(
-    '@aws-sdk/client-eventbridge',
-    'EventBridge targets',
-    () => import('@aws-sdk/client-eventbridge'),
-  );
+const loadEventBridge = optionalImportOnce(
+  '@aws-sdk/client-eventbridge',
+  'EventBridge targets',
+  () => import('@aws-sdk/client-eventbridge'),
+);
 
 /** PutEvents takes at most 10 entries. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;

@@ -4,7 +4,7 @@ import type {
   SendMessageBatchRequestEntry,
   SQSClient,
 } from '@aws-sdk/client-sqs';
-import { importOptional } from '../optional-dependency.js';
+import { optionalImportOnce } from '../optional-dependency.js';
 import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
@@ -26,8 +26,7 @@ import type { SendContext, TargetResult, Transport } from './types.js';
  * The SDK's command classes, loaded at the first call: the caller brings the
  * client, and a service that only writes events never loads the SDK.
  */
-const loadSqs = () =>
-  importOptional('@aws-sdk/client-sqs', 'SQS targets', () => import('@aws-sdk/client-sqs'));
+const loadSqs = optionalImportOnce('@aws-sdk/client-sqs', 'SQS targets', () => import('@aws-sdk/client-sqs'));
 
 /** SendMessageBatch takes at most 10 entries. */
 export const SQS_MAX_BATCH_ENTRIES = 10;
