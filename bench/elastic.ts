@@ -377,8 +377,10 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   await billed(tail);
   const load = await backlog(LOAD_EVENTS, 'load');
   const cpu = relayCpu(emulator, stack);
+  const serverCpuBefore = emulator.serverCpuSeconds();
   await invokeWake(stack);
   const { most } = await drained(load, 600_000);
+  const serverCpuSeconds = emulator.serverCpuSeconds() - serverCpuBefore;
   const drainedMs = await drainMs(load);
   await relaysGone();
   const cpuSeconds = cpu.stop();
@@ -401,6 +403,11 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
     // In AWS a 512 MB function gets 512/1769 of a vCPU: a relay bound by
     // its CPU bills at least this per million events, whatever its memory.
     awsCpuBoundGbSecondsPerMillion: Math.round((cpuSeconds / LOAD_EVENTS) * 1_000_000 * GB_S_PER_CPU_S),
+    // Cores kept busy over the drain: the relays' workers, and MiniStack's
+    // server (the queue, the bus and IAM for every call). A server near one
+    // core (Python) while the relays wait sets the pace, not the relays.
+    relayCores: Math.round((cpuSeconds / (drainedMs / 1000)) * 100) / 100,
+    emulatorServerCores: Math.round((serverCpuSeconds / (drainedMs / 1000)) * 100) / 100,
   };
 }
 

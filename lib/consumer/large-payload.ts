@@ -1,9 +1,15 @@
 import { createHash } from 'node:crypto';
 import type { GetObjectCommandOutput } from '@aws-sdk/client-s3';
 import { OutboxError } from '../errors.js';
-import { importOptional } from '../optional-dependency.js';
+import { optionalImportOnce } from '../optional-dependency.js';
 import type { Envelope, PayloadRef } from '../publish/envelope.js';
 import type { ResolvedLargePayloads } from './options.js';
+
+const loadS3 = optionalImportOnce(
+  '@aws-sdk/client-s3',
+  'the consumer option largePayloads',
+  () => import('@aws-sdk/client-s3'),
+);
 
 /**
  * A payload the relay stored in S3 (the claim check) could not be read:
@@ -59,11 +65,7 @@ export async function resolvePayload(
   }
   // Loaded here, not at import: a consumer that never sees a stored payload
   // does not need the S3 client installed.
-  const { GetObjectCommand } = await importOptional(
-    '@aws-sdk/client-s3',
-    'the consumer option largePayloads',
-    () => import('@aws-sdk/client-s3'),
-  );
+  const { GetObjectCommand } = await loadS3();
   let bytes: Uint8Array;
   try {
     const response = (await config.s3.send(new GetObjectCommand({ Bucket: config.bucket, Key: key }), {

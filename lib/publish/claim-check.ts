@@ -1,10 +1,13 @@
 import { createHash } from 'node:crypto';
-import { importOptional } from '../optional-dependency.js';
+import { optionalImportOnce } from '../optional-dependency.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { guardedCall, payloadStoreFailure } from './batching.js';
 import type { PayloadRef } from './envelope.js';
 import { compactJson, compactJsonBuffer } from './messages.js';
 import type { SendContext, TargetResult } from './types.js';
+
+/** The S3 client's command classes, loaded at the first stored payload. */
+const loadS3 = optionalImportOnce('@aws-sdk/client-s3', 'largePayloads', () => import('@aws-sdk/client-s3'));
 
 /**
  * What the claim check needs of an S3 client: its `send`. Written out rather
@@ -67,11 +70,7 @@ export class PayloadStore {
     const pending = this.inFlight.get(event.id);
     if (pending) return pending;
     const promise = (async () => {
-      const { PutObjectCommand } = await importOptional(
-        '@aws-sdk/client-s3',
-        'largePayloads',
-        () => import('@aws-sdk/client-s3'),
-      );
+      const { PutObjectCommand } = await loadS3();
       const body =
         event.payloadJson === undefined
           ? Buffer.from(JSON.stringify(event.payload), 'utf8')

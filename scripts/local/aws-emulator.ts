@@ -162,24 +162,31 @@ export interface StackEmulator {
    * workers: its name), by pid. Read from /proc (Linux).
    */
   processCpuSeconds(marker: string): Map<number, number>;
+  /** CPU seconds (user + system, all its threads) used so far by MiniStack's own server process. */
+  serverCpuSeconds(): number;
   /** Stops MiniStack and every process it started (Lambda workers included). */
   stop(): Promise<void>;
 }
 
 let clockTicks: number | undefined;
 
+/** User + system CPU seconds of one process (all its threads), read from /proc (Linux). */
+function processCpu(pid: number): number {
+  clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks;
+}
+
 /** User + system CPU seconds of the descendants of `pid` whose command line contains `marker`. */
 function descendantsCpu(pid: number, marker: string): Map<number, number> {
-  clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
   const found = new Map<number, number>();
   for (const child of descendants(pid)) {
     try {
       const cmdline = fs.readFileSync(`/proc/${child}/cmdline`, 'utf8').replaceAll('\0', ' ');
       if (!cmdline.includes(marker)) continue;
-      const stat = fs.readFileSync(`/proc/${child}/stat`, 'utf8');
-      // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      found.set(child, (Number(fields[11]) + Number(fields[12])) / clockTicks);
+      found.set(child, processCpu(child));
     } catch {
       // the process ended while we looked
     }
@@ -318,7 +325,13 @@ export async function startStackEmulator(
     throw new Error(`${(error as Error).message}\n${stderr}`);
   }
   child.unref();
-  return { endpoint, pid, stop, processCpuSeconds: (marker) => descendantsCpu(pid, marker) };
+  return {
+    endpoint,
+    pid,
+    stop,
+    processCpuSeconds: (marker) => descendantsCpu(pid, marker),
+    serverCpuSeconds: () => processCpu(pid),
+  };
 }
 
 /** Sets the environment the AWS SDK needs to talk to a local emulator. */
