@@ -9,7 +9,9 @@
  *   OUTBOX_PUBLISHED_ROWS=delete (no later cleanup of outbox rows).
  * - cpu_ms_per_1000: the relay process's user + system CPU per 1,000 events
  *   published to MiniStack's SQS and EventBridge, measured inside a child
- *   process (bench/db-cost-child.ts) so the emulator's CPU is not counted.
+ *   process (bench/db-cost-child.ts) so the emulator's CPU is not counted;
+ *   `both_direct_node22` as the reference stack runs it (each event to the
+ *   queue and the bus, direct calls, serverless.yml's relay settings, Node 22).
  * - held_xmin: drain rate of a 100,000-event backlog while another session
  *   holds a snapshot taken before the backlog was written, over the rate
  *   without it, and the table's and indexes' growth in both cases.
@@ -45,6 +47,7 @@ import { freePort } from '../scripts/local/free-port.js';
 import { ensureNode22 } from '../scripts/local/node22.js';
 import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
+import { calibrationMs } from './calibrate.js';
 
 const run = promisify(execFile);
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
@@ -56,6 +59,8 @@ const SKIP = new Set((process.env.BENCH_SKIP ?? '').split(',').filter(Boolean));
 const PROFILE = process.env.BENCH_PROFILE === '1';
 /** The relay settings of bench/run.ts. */
 const RELAY = { batchSize: 500, workers: 4, safetyMarginMs: 0 };
+/** The deployed relay's settings (serverless.yml: OUTBOX_BATCH_SIZE, OUTBOX_WORKERS; OUTBOX_CONCURRENCY 4). */
+const DEPLOYED_RELAY = { batchSize: 100, workers: 2, safetyMarginMs: 0 };
 const RESULTS = new URL('./results.json', import.meta.url);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -514,7 +519,7 @@ async function cpuCost() {
     const env = { QUEUE_URL: QueueUrl as string, BUS_NAME: busName };
 
     async function cpuDrain(
-      publisher: 'null' | 'sqs' | 'eventbridge',
+      publisher: 'null' | 'sqs' | 'eventbridge' | 'both',
       extra: Record<string, string> = {},
       node?: string,
     ) {
@@ -545,11 +550,13 @@ async function cpuCost() {
       eventbridge_direct: [] as number[],
       sqs_direct_node22: [] as number[],
       eventbridge_direct_node22: [] as number[],
+      both_direct_node22: [] as number[],
     };
     // The Lambda runtime's major (nodejs22.x), beside the host's Node.
     const node22 = ensureNode22(log);
     const eps = { sqs: [] as number[], eventbridge: [] as number[] };
     const rate = (r: ChildResult) => r.published / r.seconds;
+    const calibration = calibrationMs();
     for (let i = 0; i < CPU_REPEAT; i++) {
       runs.null.push((await cpuDrain('null')).ms);
       const s = await cpuDrain('sqs');
@@ -566,6 +573,16 @@ async function cpuCost() {
       runs.eventbridge_direct.push((await cpuDrain('eventbridge', { DIRECT_CALLS: '1' })).ms);
       runs.sqs_direct_node22.push((await cpuDrain('sqs', { DIRECT_CALLS: '1' }, node22)).ms);
       runs.eventbridge_direct_node22.push((await cpuDrain('eventbridge', { DIRECT_CALLS: '1' }, node22)).ms);
+      // As deployed: each event to the queue and the bus, the relay's settings of serverless.yml.
+      runs.both_direct_node22.push(
+        (
+          await cpuDrain(
+            'both',
+            { DIRECT_CALLS: '1', RELAY: JSON.stringify(DEPLOYED_RELAY), CONCURRENCY: '4' },
+            node22,
+          )
+        ).ms,
+      );
     }
 
     let profiles: Record<string, ReturnType<typeof summarizeProfile>> | undefined;
@@ -611,6 +628,9 @@ async function cpuCost() {
         eventbridge_direct: round(median(runs.eventbridge_direct)),
         sqs_direct_node22: round(median(runs.sqs_direct_node22)),
         eventbridge_direct_node22: round(median(runs.eventbridge_direct_node22)),
+        both_direct_node22: round(median(runs.both_direct_node22)),
+        // This machine's speed in this run (bench/calibrate.ts).
+        calibration_ms: calibration,
         node: process.version,
         sqs_eps: Math.round(median(eps.sqs)),
         eventbridge_eps: Math.round(median(eps.eventbridge)),

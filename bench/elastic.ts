@@ -50,6 +50,7 @@ import { FaultProxy } from '../scripts/local/fault-proxy.js';
 import { node22PathDir } from '../scripts/local/node22.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { type DeployedStack, deployStack, emulatorClientConfig, LogTail } from '../scripts/local/stack.js';
+import { calibrationMs } from './calibrate.js';
 
 const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out'] as const;
 type Part = (typeof PARTS)[number];
@@ -376,6 +377,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
   const load = await backlog(LOAD_EVENTS, 'load');
+  const calibration = calibrationMs();
   const cpu = relayCpu(emulator, stack);
   const serverCpuBefore = emulator.serverCpuSeconds();
   await invokeWake(stack);
@@ -408,6 +410,9 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
     // core (Python) while the relays wait sets the pace, not the relays.
     relayCores: Math.round((cpuSeconds / (drainedMs / 1000)) * 100) / 100,
     emulatorServerCores: Math.round((serverCpuSeconds / (drainedMs / 1000)) * 100) / 100,
+    // This machine's speed just before the drain (bench/calibrate.ts): CPU
+    // figures of runs on different days compare only scaled by it.
+    calibrationMs: calibration,
   };
 }
 
