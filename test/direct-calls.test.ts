@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
 import {
   CreateEventBusCommand,
   EventBridgeClient,
@@ -305,6 +306,111 @@ describe('direct calls: retries and errors at the HTTP level', () => {
     expect(result).toMatchObject({ ok: false, retryable: true, environment: true, code: 'Http502' });
     const error = new DirectCallError('Http502', 'HTTP 502', 502);
     expect(classifyCallError(error)).toMatchObject({ kind: 'server' });
+  });
+});
+
+describe("direct calls on the client's own connections (plain HTTP)", () => {
+  let proxy: FaultProxy;
+  let bus: string;
+
+  beforeAll(async () => {
+    proxy = await FaultProxy.start(0);
+    proxy.forwardTo(aws.endpoint);
+    bus = uniqueName('direct-plain-bus');
+    await aws.eventBridge.send(new CreateEventBusCommand({ Name: bus }));
+  });
+  afterAll(() => proxy.stop());
+
+  /** A client whose HTTP agent counts the requests it carries. */
+  function clientWith(requestHandler: Record<string, unknown> = {}) {
+    const agent = new http.Agent({ keepAlive: true });
+    const counter = { requests: 0 };
+    // Agent#addRequest (undocumented, stable since Node 0.x): every request the agent carries.
+    const counted = agent as unknown as { addRequest: (...args: unknown[]) => void };
+    const addRequest = counted.addRequest.bind(agent);
+    counted.addRequest = (...args) => {
+      counter.requests++;
+      addRequest(...args);
+    };
+    const client = new EventBridgeClient({
+      endpoint: proxy.endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+      maxAttempts: 2,
+      requestHandler: { httpAgent: agent, ...requestHandler },
+    });
+    const transport = new EventBridgeTransport({ client, busName: bus, source: 'outbox', directCalls: true });
+    return { transport, counter, close: () => agent.destroy() };
+  }
+
+  it("sends every call on the client's agent (a proxy agent given to the client carries direct calls too)", async () => {
+    const { transport, counter, close } = clientWith();
+    try {
+      for (let i = 0; i < 3; i++) {
+        const e = event(i);
+        expect((await transport.send([e])).get(e.id)).toEqual({ ok: true });
+      }
+      // One call through the SDK, two direct: all three on the agent.
+      expect(counter.requests).toBe(3);
+    } finally {
+      close();
+    }
+  });
+
+  it("a call that gets no answer fails by the client's requestTimeout, is retried, and the connections keep working", async () => {
+    const { transport, close } = clientWith({ requestTimeout: 400, throwOnRequestTimeout: true });
+    try {
+      await transport.send([event(0)]); // through the SDK
+      proxy.answerNext({ hang: true }, { hang: true });
+      const before = proxy.forwarded;
+      const started = Date.now();
+      const e1 = event(1);
+      const result = (await transport.send([e1])).get(e1.id);
+      expect(result).toMatchObject({ ok: false, retryable: true, environment: true, code: 'TimeoutError' });
+      expect(proxy.forwarded - before).toBe(2); // the call and its retry, both unanswered
+      expect(Date.now() - started).toBeLessThan(3_000);
+      const e2 = event(2);
+      expect((await transport.send([e2])).get(e2.id)).toEqual({ ok: true });
+    } finally {
+      close();
+    }
+  });
+
+  it('an answer cut short is a network failure, and the retry gets the events through', async () => {
+    const { transport, close } = clientWith();
+    try {
+      await transport.send([event(0)]);
+      proxy.answerNext({ cut: true });
+      const before = proxy.forwarded;
+      const e1 = event(1);
+      expect((await transport.send([e1])).get(e1.id)).toEqual({ ok: true });
+      expect(proxy.forwarded - before).toBe(2);
+      proxy.answerNext({ cut: true }, { cut: true });
+      const e2 = event(2);
+      expect((await transport.send([e2])).get(e2.id)).toMatchObject({
+        ok: false,
+        retryable: true,
+        environment: true,
+        code: 'ECONNRESET',
+      });
+    } finally {
+      close();
+    }
+  });
+
+  it("the relay's deadline ends a call that waits for an answer, long before the client's own timeout", async () => {
+    const { transport, close } = clientWith({ requestTimeout: 30_000, throwOnRequestTimeout: true });
+    try {
+      await transport.send([event(0)]);
+      proxy.answerNext({ hang: true });
+      const started = Date.now();
+      const e1 = event(1);
+      const result = (await transport.send([e1], { signal: AbortSignal.timeout(300) })).get(e1.id);
+      expect(result).toMatchObject({ ok: false, retryable: true });
+      expect(Date.now() - started).toBeLessThan(2_000);
+    } finally {
+      close();
+    }
   });
 });
 

@@ -1,5 +1,6 @@
 import { importOptional } from '../optional-dependency.js';
 import { classifyCallError } from './aws-errors.js';
+import { type PlainHttp, plainHttpOf, plainPost } from './direct-http.js';
 
 /**
  * Direct calls: the relay's two hot API calls (SQS SendMessageBatch,
@@ -10,8 +11,8 @@ import { classifyCallError } from './aws-errors.js';
  * (endpoint, headers, signing region and service) is kept. Later calls are
  * that request with a new JSON body, signed by the SDK's own SigV4 signer
  * (`@smithy/signature-v4`) with the client's credentials provider, clock
- * offset and hash, and sent by the client's own HTTP handler (its agent,
- * proxy and timeouts). What is skipped is the rest of the stack: schema
+ * offset and hash, and sent on the client's own connections (its agent,
+ * proxy and timeouts; direct-http.ts). What is skipped is the rest of the stack: schema
  * serialization, endpoint rules, user-agent building and the retry
  * middleware; one retry loop here takes the client's `maxAttempts`.
  *
@@ -77,6 +78,8 @@ type Middleware = (
 interface Kept {
   request: Omit<HttpRequestLike, 'body'>;
   signer: { sign(request: HttpRequestLike, options: { signingDate: Date }): Promise<HttpRequestLike> };
+  /** The Node handler's connections and limits (direct-http.ts); undefined: the client's handler sends. */
+  http: PlainHttp | undefined;
 }
 
 /** Headers the SDK sets per call: recomputed for each direct call, never copied. */
@@ -251,10 +254,18 @@ export class DirectCaller<T> {
       { signingDate: new Date(Date.now() + (config.systemClockOffset ?? 0)) },
     );
     const sentAt = Date.now();
-    const { response } = await config.requestHandler.handle(signed, { abortSignal });
-    const bytes =
-      response.body === undefined ? new Uint8Array() : await config.streamCollector(response.body);
-    const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
+    let response: HttpResponseLike;
+    let text: string;
+    if (kept.http) {
+      const plain = await plainPost(kept.http, signed, body, abortSignal);
+      response = plain;
+      text = plain.text;
+    } else {
+      response = (await config.requestHandler.handle(signed, { abortSignal })).response;
+      const bytes =
+        response.body === undefined ? new Uint8Array() : await config.streamCollector(response.body);
+      text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
+    }
     if (response.statusCode < 200 || response.statusCode > 299) {
       const error = errorFrom(response, text);
       error.clockSkewCorrected = correctClockSkew(config, response, sentAt);
@@ -310,6 +321,7 @@ export class DirectCaller<T> {
         service: scope[2] as string,
         sha256: config.sha256 as never,
       }) as unknown as Kept['signer'],
+      http: plainHttpOf(config.requestHandler, sent.protocol),
     };
   }
 }

@@ -18,10 +18,19 @@ import type { AddressInfo } from 'node:net';
  *   waits for one, without spending the machine's CPU.
  *
  * - `answerNext(...)` (tests): the next requests get these answers instead
- *   of being forwarded, one each: a 503, an error page.
+ *   of being forwarded, one each: a 503, an error page, no answer at all
+ *   (`{ hang: true }`: the connection stays open, silent), or an answer cut
+ *   short (`{ cut: true }`: a 200 whose body stops half way, the connection
+ *   closed).
  *
  * Nothing in the deployed bundle knows about it.
  */
+/** An answer in place of the upstream's (`answerNext`). */
+export type FaultAnswer =
+  | { status: number; body: string; headers?: Record<string, string> }
+  | { hang: true }
+  | { cut: true };
+
 export class FaultProxy {
   private upstream: URL | undefined;
   injected = 0;
@@ -31,7 +40,7 @@ export class FaultProxy {
   delayMs = 0;
   /** Also fails every PutEvents entry whose Detail contains one of these. */
   readonly failDetailsContaining = new Set<string>();
-  private readonly answers: Array<{ status: number; body: string; headers?: Record<string, string> }> = [];
+  private readonly answers: FaultAnswer[] = [];
 
   private constructor(
     private readonly server: http.Server,
@@ -65,7 +74,7 @@ export class FaultProxy {
   }
 
   /** The next requests, one answer each, are answered so and not forwarded (counted as forwarded). */
-  answerNext(...answers: Array<{ status: number; body: string; headers?: Record<string, string> }>): void {
+  answerNext(...answers: FaultAnswer[]): void {
     this.answers.push(...answers);
   }
 
@@ -74,6 +83,14 @@ export class FaultProxy {
     if (answer) {
       this.forwarded++;
       req.resume();
+      if ('hang' in answer) return; // closed by stop(), or by the client
+      if ('cut' in answer) {
+        req.on('end', () => {
+          res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1', 'content-length': '200' });
+          res.write('{"FailedEntryCount":0,"Entries":[{"EventId":', () => res.socket?.destroy());
+        });
+        return;
+      }
       req.on('end', () =>
         res
           .writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers })
