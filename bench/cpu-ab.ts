@@ -33,6 +33,7 @@ import { ensureNode22 } from '../scripts/local/node22.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { insertBacklog } from './backlog.js';
 import { calibrationMs } from './calibrate.js';
+import { DEPLOYED_RELAY, relayChildBuild } from './relay-child.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -57,24 +58,9 @@ const dirty = execFileSync('git', ['status', '--porcelain', '--', 'lib', 'bench'
   .toString()
   .trim();
 
-/** The deployed relay's settings (serverless.yml: OUTBOX_BATCH_SIZE, OUTBOX_WORKERS, OUTBOX_CONCURRENCY). */
-const DEPLOYED = { relay: { batchSize: 100, workers: 2, safetyMarginMs: 0 }, concurrency: '4' };
-
 async function bundle(sourceRoot: string, outfile: string) {
-  await build({
-    entryPoints: [path.join(sourceRoot, 'bench/db-cost-child.ts')],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    logLevel: 'error',
-    // Packages from this checkout's node_modules for both sides.
-    nodePaths: [path.join(ROOT, 'node_modules')],
-    outfile,
-    banner: {
-      js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-    },
-  });
+  // Packages from this checkout's node_modules for both sides.
+  await build({ ...relayChildBuild(sourceRoot), nodePaths: [path.join(ROOT, 'node_modules')], outfile });
 }
 
 const work = path.join(ROOT, '.local/cpu-ab');
@@ -123,8 +109,8 @@ try {
         QUEUE_URL: QueueUrl as string,
         BUS_NAME: busName,
         DIRECT_CALLS: '1',
-        RELAY: JSON.stringify(DEPLOYED.relay),
-        CONCURRENCY: DEPLOYED.concurrency,
+        RELAY: JSON.stringify(DEPLOYED_RELAY.relay),
+        CONCURRENCY: String(DEPLOYED_RELAY.concurrency),
       },
       maxBuffer: 16 * 2 ** 20,
     });
@@ -147,7 +133,7 @@ try {
   const result = {
     date: new Date().toISOString(),
     machine: `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, MiniStack (${aws.source}), relay on Node 22`,
-    setup: `${EVENTS} events per drain, each to a queue and a bus, direct calls, batch ${DEPLOYED.relay.batchSize}, ${DEPLOYED.relay.workers} workers, concurrency ${DEPLOYED.concurrency}; ${ROUNDS} pairs of drains, alternating`,
+    setup: `${EVENTS} events per drain, each to a queue and a bus, direct calls, batch ${DEPLOYED_RELAY.relay.batchSize}, ${DEPLOYED_RELAY.relay.workers} workers, concurrency ${DEPLOYED_RELAY.concurrency}; ${ROUNDS} pairs of drains, alternating`,
     head: `${headCommit}${dirty ? ' + uncommitted changes' : ''}`,
     base: baseCommit,
     calibration_ms: calibration,

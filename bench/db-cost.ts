@@ -48,6 +48,7 @@ import { ensureNode22 } from '../scripts/local/node22.js';
 import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
 import { calibrationMs } from './calibrate.js';
+import { DEPLOYED_RELAY, relayChildBuild } from './relay-child.js';
 
 const run = promisify(execFile);
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
@@ -59,8 +60,6 @@ const SKIP = new Set((process.env.BENCH_SKIP ?? '').split(',').filter(Boolean));
 const PROFILE = process.env.BENCH_PROFILE === '1';
 /** The relay settings of bench/run.ts. */
 const RELAY = { batchSize: 500, workers: 4, safetyMarginMs: 0 };
-/** The deployed relay's settings (serverless.yml: OUTBOX_BATCH_SIZE, OUTBOX_WORKERS; OUTBOX_CONCURRENCY 4). */
-const DEPLOYED_RELAY = { batchSize: 100, workers: 2, safetyMarginMs: 0 };
 const RESULTS = new URL('./results.json', import.meta.url);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -167,17 +166,7 @@ async function freshBacklog(count: number) {
 
 // --- the relay in a child process, bundled as the Lambda is -----------------
 const childBundle = path.join(ROOT, '.local/bench/db-cost-child.mjs');
-const childOptions = {
-  entryPoints: [path.join(ROOT, 'bench/db-cost-child.ts')],
-  bundle: true,
-  platform: 'node' as const,
-  format: 'esm' as const,
-  target: 'node20',
-  logLevel: 'error' as const,
-  banner: {
-    js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-  },
-};
+const childOptions = relayChildBuild(ROOT);
 await build({ ...childOptions, outfile: childBundle });
 
 interface ChildResult {
@@ -578,7 +567,11 @@ async function cpuCost() {
         (
           await cpuDrain(
             'both',
-            { DIRECT_CALLS: '1', RELAY: JSON.stringify(DEPLOYED_RELAY), CONCURRENCY: '4' },
+            {
+              DIRECT_CALLS: '1',
+              RELAY: JSON.stringify(DEPLOYED_RELAY.relay),
+              CONCURRENCY: String(DEPLOYED_RELAY.concurrency),
+            },
             node22,
           )
         ).ms,

@@ -376,8 +376,8 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   // Every relay invocation from here on counts (a schedule tick may start on the orders before the wake).
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
-  const load = await backlog(LOAD_EVENTS, 'load');
   const calibration = calibrationMs();
+  const load = await backlog(LOAD_EVENTS, 'load');
   const cpu = relayCpu(emulator, stack);
   const serverCpuBefore = emulator.serverCpuSeconds();
   await invokeWake(stack);
@@ -410,7 +410,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
     // core (Python) while the relays wait sets the pace, not the relays.
     relayCores: Math.round((cpuSeconds / (drainedMs / 1000)) * 100) / 100,
     emulatorServerCores: Math.round((serverCpuSeconds / (drainedMs / 1000)) * 100) / 100,
-    // This machine's speed just before the drain (bench/calibrate.ts): CPU
+    // This machine's speed just before the backlog (bench/calibrate.ts): CPU
     // figures of runs on different days compare only scaled by it.
     calibrationMs: calibration,
   };

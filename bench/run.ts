@@ -29,6 +29,7 @@ import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/loc
 import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
 import { claimMs } from './claim-ms.js';
+import { DEPLOYED_RELAY } from './relay-child.js';
 
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
 const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 20);
@@ -52,8 +53,7 @@ const lambdaHeapArgs = (memoryMb: number) => [
   `--max-old-space-size=${memoryMb - Math.floor(memoryMb / 10)}`,
 ];
 const DEPLOYED = {
-  relay: { batchSize: 100, workers: 2, safetyMarginMs: 0 },
-  concurrency: 4,
+  ...DEPLOYED_RELAY,
   now: { nodeArgs: lambdaHeapArgs(LAMBDA_MEMORY_MB), env: { MALLOC_ARENA_MAX: '2' } },
   before: { nodeArgs: lambdaHeapArgs(LAMBDA_MEMORY_MB), env: { NODE_OPTIONS: '--enable-source-maps' } },
 };
