@@ -5,13 +5,17 @@
 // maximum pending age counts from the first failure since the event was last
 // asked to go out, not from when it was written.
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { redriveDeadLetters } from '../lib/operations/redrive.js';
 import { replayEvents } from '../lib/operations/replay.js';
+import { createAwsPublisher } from '../lib/publish/router.js';
 import type { RouteConfig } from '../lib/publish/routes.js';
+import type { Publisher } from '../lib/publish/types.js';
+import { Relay } from '../lib/relay/relay.js';
 import { claimBatch } from '../lib/sql/claim-batch.js';
 import { completeBatch } from '../lib/sql/complete-batch.js';
-import { awsClients, uniqueName } from './support/aws.js';
+import { awsClients, createQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { insertEvents } from './support/events.js';
 import { drainUntilIdle, emulatorRelay } from './support/relay.js';
@@ -135,6 +139,123 @@ describe('a poison event that kills the relay', () => {
     const rows = await states();
     for (const id of ids) expect(rows.get(id)).toMatchObject({ published: true, dead: false, attempts: 1 });
   });
+});
+
+/**
+ * One relay process of `workers` loops, run until it is idle or dies. A
+ * publish of a batch holding the poison event kills the process: from then
+ * on nothing it does reaches the database (its pool is closed) and no call of
+ * it returns, so every lease it holds runs out without an outcome, as when a
+ * Lambda runs out of memory. Each publish first waits (up to 300 ms) for
+ * another loop of the process to publish too, so that a second batch is in
+ * flight when the poison kills the process whenever the relay allows one.
+ */
+async function relayProcess(options: {
+  poison: string;
+  publisher: Publisher;
+  batches: string[][];
+  maxAttempts: number;
+  ordered: boolean;
+}): Promise<{ died: boolean }> {
+  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  pool.on('error', () => {});
+  let died = false;
+  let publishing = 0;
+  const others = (n: number) =>
+    new Promise<void>((resolve) => {
+      const started = Date.now();
+      const check = () => (publishing >= n || Date.now() - started > 300 ? resolve() : setTimeout(check, 5));
+      check();
+    });
+  const publisher: Publisher = {
+    async publish(events, context) {
+      options.batches.push(events.map((e) => e.id));
+      publishing++;
+      await others(2);
+      if (events.some((e) => e.id === options.poison) && !died) {
+        died = true;
+        void pool.end();
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      if (died) return new Promise(() => {}); // the process is gone
+      try {
+        return await options.publisher.publish(events, context);
+      } finally {
+        publishing--;
+      }
+    },
+  };
+  const relay = new Relay({
+    db: pool,
+    publisher,
+    options: {
+      workers: 2,
+      leaseMs: 1_500,
+      maxAttempts: options.maxAttempts,
+      safetyMarginMs: 0,
+      idleWaitMs: 20,
+      ordering: options.ordered ? 'aggregate' : 'none',
+    },
+  });
+  try {
+    await relay.run({ remainingMs: () => 60_000, stopWhenIdle: true, skipStats: true });
+  } catch (error) {
+    if (!died) throw error;
+  }
+  if (!died) await pool.end();
+  return { died };
+}
+
+describe('a poison event beside other batches of the same relay', () => {
+  for (const ordered of [false, true]) {
+    it(`${ordered ? 'ordered' : 'unordered'}: a crash counts against an event only if the relay held nothing else; the innocent event claimed beside the poison event is published`, async () => {
+      const queue = await createQueue(aws.sqs, uniqueName('isolation'));
+      const routes: RouteConfig[] = [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }];
+      const sqsPublisher = createAwsPublisher({
+        routes,
+        sqs: aws.sqs,
+        eventBridge: aws.eventBridge,
+        source: 'outbox',
+      });
+      // innocent, poison: both orphans of one batch that died.
+      const [innocent, poison] = (await insertEvents(db.pool, 2, (i) => ({
+        aggregateId: `agg-${i}`,
+      }))) as [string, string];
+      await claimBatch(db.pool, {
+        limit: 10,
+        leaseMs: 60_000,
+        leaseId: randomUUID(),
+        maxAttempts: 3,
+        ordered,
+      });
+      await db.pool.query(`UPDATE outbox_events SET locked_until = now() - interval '1 ms'`);
+
+      const batches: string[][] = [];
+      let deaths = 0;
+      for (let i = 0; i < 10; i++) {
+        const { died } = await relayProcess({
+          poison,
+          publisher: sqsPublisher,
+          batches,
+          maxAttempts: 3,
+          ordered,
+        });
+        if (!died) break;
+        deaths++;
+        // The dead relay's leases run out.
+        await db.pool.query(
+          `UPDATE outbox_events SET locked_until = now() - interval '1 ms' WHERE locked_until > now()`,
+        );
+      }
+      const rows = await states();
+      expect(rows.get(innocent)).toMatchObject({ published: true, dead: false, attempts: 1 });
+      expect(rows.get(poison)).toMatchObject({ published: false, dead: true, attempts: 3 });
+      expect(rows.get(poison)?.last_error).toMatch(/claimed alone/);
+      // The poison event died alone three times; nothing else was in flight then.
+      expect(deaths).toBe(3);
+      expect(batches.filter((b) => b.includes(poison))).toEqual([[poison], [poison], [poison]]);
+    });
+  }
 });
 
 describe('the maximum pending age', () => {

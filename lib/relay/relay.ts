@@ -6,7 +6,7 @@ import { ConfigError } from '../errors.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { Publisher, PublishOutcome } from '../publish/types.js';
-import { claimBatch } from '../sql/claim-batch.js';
+import { type ClaimParams, type ClaimResult, claimBatch, markClaimedAlone } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 import {
@@ -220,6 +220,18 @@ export class Relay {
   /** Events retried for an unavailable target since the last summary line, per target. */
   private waiting = new Map<string, { events: number; codes: Record<string, number>; lastError: string }>();
   private waitingSince: number | undefined;
+  /**
+   * Fault isolation in this process. A relay that dies loses every batch it
+   * has in flight, so a row claimed alone (a suspect: see claim-batch.ts)
+   * proves something only if nothing else was in flight beside it. Claims
+   * run one at a time (each knows what else is in flight); while a suspect
+   * is in flight no other claim starts, and a suspect claimed beside other
+   * batches waits for them to end before it is published.
+   */
+  private inFlight = 0;
+  private inFlightEnded: Array<() => void> = [];
+  private claimTurn: Promise<void> = Promise.resolve();
+  private isolation: Promise<void> | undefined;
 
   constructor(private readonly deps: RelayDeps) {
     this.options = resolveRelayOptions(deps.options);
@@ -256,7 +268,7 @@ export class Relay {
     } else {
       this.claimsSinceFull++;
     }
-    const claim = await claimBatch(this.deps.db, {
+    const { claim, othersInFlight, endClaim } = await this.claimInTurn({
       limit: this.options.batchSize,
       leaseMs: this.options.leaseMs,
       leaseId,
@@ -268,6 +280,67 @@ export class Relay {
       schema: this.options.schema,
       ...(full ? {} : { fromSeq: String(this.seqFloor) }),
     });
+    try {
+      return await this.processClaim(claim, { leaseId, othersInFlight, started, report, budget });
+    } finally {
+      endClaim();
+    }
+  }
+
+  /**
+   * Claims in this relay's turn (see {@link inFlight}). `endClaim` must be
+   * called when the batch has ended, whatever happened to it.
+   */
+  private async claimInTurn(
+    params: ClaimParams,
+  ): Promise<{ claim: ClaimResult; othersInFlight: boolean; endClaim: () => void }> {
+    const previous = this.claimTurn;
+    let next = () => {};
+    this.claimTurn = new Promise((resolve) => {
+      next = resolve;
+    });
+    try {
+      await previous;
+      while (this.isolation) await this.isolation;
+      const othersInFlight = this.inFlight > 0;
+      const claim = await claimBatch(this.deps.db, { ...params, othersInFlight });
+      if (claim.events.length === 0) return { claim, othersInFlight, endClaim: () => {} };
+      this.inFlight++;
+      let endIsolation = () => {};
+      if (claim.suspect) {
+        this.isolation = new Promise((resolve) => {
+          endIsolation = () => {
+            this.isolation = undefined;
+            resolve();
+          };
+        });
+      }
+      let ended = false;
+      const endClaim = () => {
+        if (ended) return;
+        ended = true;
+        this.inFlight--;
+        endIsolation();
+        for (const wake of this.inFlightEnded.splice(0)) wake();
+      };
+      return { claim, othersInFlight, endClaim };
+    } finally {
+      next();
+    }
+  }
+
+  private async processClaim(
+    claim: ClaimResult,
+    batch: {
+      leaseId: string;
+      othersInFlight: boolean;
+      started: number;
+      report: BatchReport;
+      budget: { budgetMs?: number };
+    },
+  ): Promise<BatchReport> {
+    const { leaseId, started, report, budget } = batch;
+    const ordered = this.options.ordering === 'aggregate';
     this.backlogged = claim.events.length + claim.exhausted.length >= this.options.batchSize;
     if (!ordered && claim.minSeq !== undefined) {
       const lowest = BigInt(claim.minSeq);
@@ -289,11 +362,36 @@ export class Relay {
       return report;
     }
 
+    // A suspect claimed beside other batches of this relay: published once
+    // they have ended, as the only batch in flight, so that a crash while it
+    // is published is its own.
+    let waitedMs = 0;
+    if (claim.suspect && batch.othersInFlight) {
+      const waitStarted = performance.now();
+      while (this.inFlight > 1) await new Promise<void>((wake) => this.inFlightEnded.push(wake));
+      waitedMs = performance.now() - waitStarted;
+      const suspect = claim.events[0] as OutboxEvent;
+      const mine = await markClaimedAlone(this.deps.db, {
+        id: suspect.id,
+        leaseId,
+        schema: this.options.schema,
+      });
+      if (!mine) {
+        report.leaseLost++;
+        this.logger.warn('lease ran out while the suspect waited for its turn; it is claimed again later', {
+          event_id: suspect.id,
+          waited_ms: Math.round(waitedMs),
+        });
+        report.durationMs = performance.now() - started;
+        return report;
+      }
+    }
+
     // Outcomes must be recorded while the lease is still ours.
     const leaseGuardMs = Math.min(Math.max(1_000, this.options.leaseMs / 10), this.options.leaseMs / 4);
     const deadlineMs = Math.max(
       0,
-      Math.min(this.options.leaseMs - leaseGuardMs, budget.budgetMs ?? Infinity),
+      Math.min(this.options.leaseMs - leaseGuardMs, budget.budgetMs ?? Infinity) - waitedMs,
     );
     const outcomes = await this.publish(claim.events, deadlineMs);
     const completions = this.decide(claim.events, outcomes, report);

@@ -45,6 +45,13 @@ export interface ClaimParams {
   maxBytes?: number | undefined;
   /** The outbox tables' schema; unqualified names when absent. */
   schema?: string | undefined;
+  /**
+   * The claiming process holds other leases now (another batch of the same
+   * relay in flight): a claim of one row is then not "alone" (see "Fault
+   * isolation" below), since whatever kills the process takes the other
+   * batch with it. Default false.
+   */
+  othersInFlight?: boolean;
 }
 
 export interface ClaimResult {
@@ -53,6 +60,11 @@ export interface ClaimResult {
   exhausted: Array<{ id: string; eventType: string; aggregateId: string; attempts: number }>;
   /** The lowest seq among the rows claimed (events and exhausted), if any. */
   minSeq?: string;
+  /**
+   * The claim is a suspect: an orphan (a row whose lease ran out without an
+   * outcome) taken alone, to learn whether it kills the relay by itself.
+   */
+  suspect: boolean;
 }
 
 // Why it is shaped this way:
@@ -73,7 +85,11 @@ export interface ClaimResult {
 //   held it alone killed the relay by itself: that lease counts, and once its
 //   attempts are used up the claim dead-letters it instead of looping
 //   forever. So a poison row ends in dead letters alone, its neighbours are
-//   published.
+//   published. "Alone" means alone in the process: a claim of one row while
+//   the same relay has another batch in flight (`othersInFlight`) is not
+//   alone, since a crash takes both; the relay isolates a suspect in its
+//   process (no other batch in flight while it publishes) and then marks it
+//   alone (`markClaimedAlone`).
 // - Every other claim counts as an attempt (an outcome that blames the
 //   environment gives it back, see complete-batch.ts).
 //
@@ -364,7 +380,7 @@ const BYTES = (e: string) => `coalesce(${e}.payload_bytes, octet_length(${e}.pay
 // above). In the SET list, `e` is the row as it was before this claim:
 // `e.locked_by IS NOT NULL` is "orphan" and `e.claimed_alone` says whether
 // its lost lease held it alone.
-function claimSql(t: OutboxTables, picked: string, budget: string): string {
+function claimSql(t: OutboxTables, picked: string, budget: string, othersInFlight: string): string {
   const spent = `e.locked_by IS NOT NULL AND e.claimed_alone AND e.attempts >= $4`;
   return `${picked},
 budgeted AS (
@@ -392,7 +408,7 @@ SET attempts = CASE WHEN ${spent} THEN e.attempts
                     ELSE e.attempts + 1 END,
     locked_until = CASE WHEN ${spent} THEN NULL ELSE now() + $2 * interval '1 millisecond' END,
     locked_by = CASE WHEN ${spent} THEN NULL ELSE $3::uuid END,
-    claimed_alone = (SELECT n FROM size) = 1,
+    claimed_alone = (SELECT n FROM size) = 1 AND NOT ${othersInFlight}::boolean,
     dead_lettered_at = CASE WHEN ${spent} THEN now() END,
     last_error = CASE WHEN ${spent}
       THEN 'attempt limit reached: lease expired without an outcome after ' || e.attempts
@@ -403,16 +419,16 @@ FROM taken
 WHERE e.id = taken.id
 RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted,
-          e.replay_id, e.replayed_at, e.failing_since`;
+          e.replay_id, e.replayed_at, e.failing_since, EXISTS (SELECT 1 FROM suspect) AS suspect`;
 }
 
 // $5 is the ordered claim's perAggregate or the unordered claim's fromSeq;
-// the budget comes after it.
+// the budget and othersInFlight come after it.
 const claimStatements = perSchema((t) => ({
-  unordered: claimSql(t, unorderedPicked(t, false), '$5'),
-  unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6'),
-  block: claimSql(t, orderedPicked(t, 'block'), '$6'),
-  skip: claimSql(t, orderedPicked(t, 'skip'), '$6'),
+  unordered: claimSql(t, unorderedPicked(t, false), '$5', '$6'),
+  unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6', '$7'),
+  block: claimSql(t, orderedPicked(t, 'block'), '$6', '$7'),
+  skip: claimSql(t, orderedPicked(t, 'skip'), '$6', '$7'),
 }));
 
 interface Row {
@@ -430,6 +446,7 @@ interface Row {
   replay_id: string | null;
   replayed_at: Date | null;
   failing_since: Date | null;
+  suspect: boolean;
 }
 
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
@@ -448,8 +465,9 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
   values.push(
     params.maxBytes === undefined ? '9223372036854775807' : String(Math.max(0, Math.floor(params.maxBytes))),
   );
+  values.push(params.othersInFlight === true);
   const { rows } = await db.query<Row>(sql, values);
-  const result: ClaimResult = { events: [], exhausted: [] };
+  const result: ClaimResult = { events: [], exhausted: [], suspect: false };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
   if (rows.length > 0) result.minSeq = rows[0]?.seq;
@@ -481,7 +499,28 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
       );
     }
   }
+  // A suspect dead-lettered by this claim (its attempts were used up) is not in flight.
+  result.suspect = result.events.length > 0 && rows.some((r) => r.suspect);
   return result;
+}
+
+const markAloneStatements = perSchema(
+  (t) => `UPDATE ${t.events} SET claimed_alone = true
+          WHERE id = $1 AND locked_by = $2::uuid AND locked_until > now() AND processed_at IS NULL`,
+);
+
+/**
+ * Marks a row claimed as a suspect while its relay had other batches in
+ * flight as claimed alone, once those have ended and before it is published:
+ * from now on a crash of the relay is its own. False when the lease has run
+ * out meanwhile (the row is not the caller's any more: do not publish it).
+ */
+export async function markClaimedAlone(
+  db: Queryable,
+  params: { id: string; leaseId: string; schema?: string | undefined },
+): Promise<boolean> {
+  const { rowCount } = await db.query(markAloneStatements(params.schema), [params.id, params.leaseId]);
+  return rowCount === 1;
 }
 
 /**
