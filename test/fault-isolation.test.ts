@@ -258,6 +258,54 @@ describe('a poison event beside other batches of the same relay', () => {
   }
 });
 
+describe('a relay isolating a suspect', () => {
+  it('keeps to its time budget: a claim that waited for the suspect publishes only within what is left', async () => {
+    const [suspect] = (await insertEvents(db.pool, 1)) as [string];
+    await claimBatch(db.pool, {
+      limit: 10,
+      leaseMs: 60_000,
+      leaseId: randomUUID(),
+      maxAttempts: 3,
+      ordered: false,
+    });
+    await db.pool.query(`UPDATE outbox_events SET locked_until = now() - interval '1 ms'`);
+    await insertEvents(db.pool, 20);
+    // The suspect takes 2.5 s; every other call waits for an answer that
+    // never comes, until the relay's deadline aborts it.
+    const publisher: Publisher = {
+      async publish(events, context) {
+        if (events.some((e) => e.id === suspect)) {
+          await new Promise((resolve) => setTimeout(resolve, 2_500));
+          return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
+        }
+        await new Promise((resolve) => context?.signal?.addEventListener('abort', resolve, { once: true }));
+        return events.map((e) => ({
+          eventId: e.id,
+          ok: false as const,
+          retryable: true,
+          environment: true,
+          code: 'DeadlineExceeded',
+          error: 'aborted',
+          delivered: [],
+        }));
+      },
+    };
+    const relay = new Relay({
+      db: db.pool,
+      publisher,
+      options: { workers: 2, batchSize: 5, safetyMarginMs: 0, idleWaitMs: 20 },
+    });
+    const end = Date.now() + 3_000;
+    const started = Date.now();
+    const summary = await relay.run({ remainingMs: () => end - Date.now(), skipStats: true });
+    // Without the budget counted from before the wait, the second loop's
+    // batch would have had 3 s of its own after the suspect's 2.5 s.
+    expect(Date.now() - started).toBeLessThan(3_700);
+    expect(summary.published).toBe(1);
+    expect((await states()).get(suspect)).toMatchObject({ published: true, dead: false });
+  });
+});
+
 describe('the maximum pending age', () => {
   // A queue that does not exist: a failure of the environment, no attempt spent.
   const missing = (): RouteConfig[] => [

@@ -268,7 +268,11 @@ export class Relay {
     } else {
       this.claimsSinceFull++;
     }
-    const { claim, othersInFlight, endClaim } = await this.claimInTurn({
+    // Waiting for the claim's turn (a suspect in flight) uses up the budget:
+    // no claim when too little of it is left to publish anything.
+    const budgetLeft = () => (budget.budgetMs ?? Infinity) - (performance.now() - started);
+    const minimumMs = Math.min(1_000, (budget.budgetMs ?? Infinity) / 2);
+    const { claim, othersInFlight, endClaim } = await this.claimInTurn(() => budgetLeft() >= minimumMs, {
       limit: this.options.batchSize,
       leaseMs: this.options.leaseMs,
       leaseId,
@@ -281,7 +285,7 @@ export class Relay {
       ...(full ? {} : { fromSeq: String(this.seqFloor) }),
     });
     try {
-      return await this.processClaim(claim, { leaseId, othersInFlight, started, report, budget });
+      return await this.processClaim(claim, { leaseId, othersInFlight, started, report, budgetLeft });
     } finally {
       endClaim();
     }
@@ -292,6 +296,7 @@ export class Relay {
    * called when the batch has ended, whatever happened to it.
    */
   private async claimInTurn(
+    timeLeft: () => boolean,
     params: ClaimParams,
   ): Promise<{ claim: ClaimResult; othersInFlight: boolean; endClaim: () => void }> {
     const previous = this.claimTurn;
@@ -301,7 +306,18 @@ export class Relay {
     });
     try {
       await previous;
-      while (this.isolation) await this.isolation;
+      let waited = false;
+      while (this.isolation) {
+        waited = true;
+        await this.isolation;
+      }
+      if (waited && !timeLeft()) {
+        return {
+          claim: { events: [], exhausted: [], suspect: false },
+          othersInFlight: false,
+          endClaim: () => {},
+        };
+      }
       const othersInFlight = this.inFlight > 0;
       const claim = await claimBatch(this.deps.db, { ...params, othersInFlight });
       if (claim.events.length === 0) return { claim, othersInFlight, endClaim: () => {} };
@@ -336,10 +352,12 @@ export class Relay {
       othersInFlight: boolean;
       started: number;
       report: BatchReport;
-      budget: { budgetMs?: number };
+      /** What is left of the caller's budget for this batch (ms). */
+      budgetLeft: () => number;
     },
   ): Promise<BatchReport> {
-    const { leaseId, started, report, budget } = batch;
+    const { leaseId, started, report, budgetLeft } = batch;
+    const claimedAt = performance.now();
     const ordered = this.options.ordering === 'aggregate';
     this.backlogged = claim.events.length + claim.exhausted.length >= this.options.batchSize;
     if (!ordered && claim.minSeq !== undefined) {
@@ -365,11 +383,8 @@ export class Relay {
     // A suspect claimed beside other batches of this relay: published once
     // they have ended, as the only batch in flight, so that a crash while it
     // is published is its own.
-    let waitedMs = 0;
     if (claim.suspect && batch.othersInFlight) {
-      const waitStarted = performance.now();
       while (this.inFlight > 1) await new Promise<void>((wake) => this.inFlightEnded.push(wake));
-      waitedMs = performance.now() - waitStarted;
       const suspect = claim.events[0] as OutboxEvent;
       const mine = await markClaimedAlone(this.deps.db, {
         id: suspect.id,
@@ -380,25 +395,26 @@ export class Relay {
         report.leaseLost++;
         this.logger.warn('lease ran out while the suspect waited for its turn; it is claimed again later', {
           event_id: suspect.id,
-          waited_ms: Math.round(waitedMs),
+          waited_ms: Math.round(performance.now() - claimedAt),
         });
         report.durationMs = performance.now() - started;
         return report;
       }
     }
 
-    // Outcomes must be recorded while the lease is still ours.
+    // Outcomes must be recorded while the lease is still ours (it runs from
+    // the claim), and within the caller's budget.
     const leaseGuardMs = Math.min(Math.max(1_000, this.options.leaseMs / 10), this.options.leaseMs / 4);
     const deadlineMs = Math.max(
       0,
-      Math.min(this.options.leaseMs - leaseGuardMs, budget.budgetMs ?? Infinity) - waitedMs,
+      Math.min(this.options.leaseMs - leaseGuardMs - (performance.now() - claimedAt), budgetLeft()),
     );
     const outcomes = await this.publish(claim.events, deadlineMs);
     const completions = this.decide(claim.events, outcomes, report);
     const recorded = await this.complete(leaseId, completions);
     // Within the invocation's time, as the publish was: a long release after
     // an outage must not hold the run past its end.
-    await this.releaseRecovered(started + (budget.budgetMs ?? Number.POSITIVE_INFINITY));
+    await this.releaseRecovered(performance.now() + budgetLeft());
     for (const c of completions) {
       if (!recorded.has(c.id)) {
         report.leaseLost++;
