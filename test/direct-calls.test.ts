@@ -13,11 +13,12 @@ import {
   PutUserPolicyCommand,
 } from '@aws-sdk/client-iam';
 import { DeleteQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { OutboxEvent } from '../lib/outbox/types.js';
 import { classifyCallError } from '../lib/publish/aws-errors.js';
 import { DirectCallError } from '../lib/publish/direct-calls.js';
 import { EventBridgeTransport } from '../lib/publish/eventbridge-transport.js';
+import { SigV4Signer } from '../lib/publish/sigv4.js';
 import { SqsTransport } from '../lib/publish/sqs-transport.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { FaultProxy } from '../scripts/local/fault-proxy.js';
@@ -463,11 +464,16 @@ describe('direct calls against an emulator that checks signatures (MiniStack, AU
       new SQSClient({ endpoint: emulator.endpoint, region: 'us-east-1', credentials, maxAttempts: 1 }),
     );
     const transport = new SqsTransport({ client: sqs.client, queueUrl, directCalls: true });
+    // Watched, not replaced: the signatures the emulator checks are sigv4.ts's own.
+    const signs = vi.spyOn(SigV4Signer.prototype, 'sign');
     for (let i = 0; i < 3; i++) {
       const e = event(i);
       expect((await transport.send([e])).get(e.id)).toEqual({ ok: true });
     }
     expect(sqs.counter.sdkSends).toBe(1);
+    // Once to compare with the SDK's signer, then the two direct calls.
+    expect(signs).toHaveBeenCalledTimes(3);
+    signs.mockRestore();
     secret = `${user.secretAccessKey.slice(0, -1)}x`;
     const refused = event(3);
     const result = (await transport.send([refused])).get(refused.id);

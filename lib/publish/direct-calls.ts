@@ -1,6 +1,7 @@
 import { importOptional } from '../optional-dependency.js';
 import { classifyCallError } from './aws-errors.js';
 import { type PlainHttp, plainHttpOf, plainPost } from './direct-http.js';
+import { type SdkSigner, SigV4Signer, signsLikeSdk } from './sigv4.js';
 
 /**
  * Direct calls: the relay's two hot API calls (SQS SendMessageBatch,
@@ -9,9 +10,10 @@ import { type PlainHttp, plainHttpOf, plainPost } from './direct-http.js';
  * The SDK decides where a call goes and how it is signed: the first call of
  * a target is made through the client as usual, and the request it sent
  * (endpoint, headers, signing region and service) is kept. Later calls are
- * that request with a new JSON body, signed by the SDK's own SigV4 signer
- * (`@smithy/signature-v4`) with the client's credentials provider, clock
- * offset and hash, and sent on the client's own connections (its agent,
+ * that request with a new JSON body, signed with SigV4 (sigv4.ts, checked
+ * once against the SDK's own signer, `@smithy/signature-v4`, which signs
+ * instead if the two differ) with the client's credentials provider and
+ * clock offset, and sent on the client's own connections (its agent,
  * proxy and timeouts; direct-http.ts). What is skipped is the rest of the stack: schema
  * serialization, endpoint rules, user-agent building and the retry
  * middleware; one retry loop here takes the client's `maxAttempts`.
@@ -77,7 +79,8 @@ type Middleware = (
 /** The request the SDK sent, kept to send again with another body. */
 interface Kept {
   request: Omit<HttpRequestLike, 'body'>;
-  signer: { sign(request: HttpRequestLike, options: { signingDate: Date }): Promise<HttpRequestLike> };
+  /** The request's headers, signed: by sigv4.ts, or by the SDK's signer when the two disagreed. */
+  sign(headers: Record<string, string>, body: string, signingDate: Date): Promise<Record<string, string>>;
   /** The Node handler's connections and limits (direct-http.ts); undefined: the client's handler sends. */
   http: PlainHttp | undefined;
 }
@@ -249,10 +252,11 @@ export class DirectCaller<T> {
     // The SDK's recursion detection: a Lambda function passes its trace id on.
     const traceId = process.env._X_AMZN_TRACE_ID;
     if (traceId && process.env.AWS_LAMBDA_FUNCTION_NAME) headers['x-amzn-trace-id'] = traceId;
-    const signed = await kept.signer.sign(
-      { ...kept.request, headers, body },
-      { signingDate: new Date(Date.now() + (config.systemClockOffset ?? 0)) },
-    );
+    const signed: HttpRequestLike = {
+      ...kept.request,
+      headers: await kept.sign(headers, body, new Date(Date.now() + (config.systemClockOffset ?? 0))),
+      body,
+    };
     const sentAt = Date.now();
     let response: HttpResponseLike;
     let text: string;
@@ -305,22 +309,43 @@ export class DirectCaller<T> {
     for (const [name, value] of Object.entries(sent.headers)) {
       if (!PER_CALL_HEADERS.has(name.toLowerCase())) headers[name] = value;
     }
-    this.kept = {
-      request: {
-        method: sent.method,
-        protocol: sent.protocol,
-        hostname: sent.hostname,
-        port: sent.port,
-        path: sent.path,
-        query: {},
-        headers,
+    const request = {
+      method: sent.method,
+      protocol: sent.protocol,
+      hostname: sent.hostname,
+      port: sent.port,
+      path: sent.path,
+      query: {},
+      headers,
+    };
+    const region = scope[1] as string;
+    const service = scope[2] as string;
+    const sdkSigner = new SignatureV4({
+      credentials: config.credentials,
+      region,
+      service,
+      sha256: config.sha256 as never,
+    }) as unknown as SdkSigner;
+    const fast = new SigV4Signer({ credentials: config.credentials, region, service, path: sent.path });
+    // The fast signer only once it signed this request as the SDK's signer does.
+    const probe = '{"probe":"direct calls compare signers"}';
+    const same = await signsLikeSdk(
+      fast,
+      sdkSigner,
+      {
+        ...request,
+        headers: { ...headers, 'content-length': String(Buffer.byteLength(probe)) },
+        body: probe,
       },
-      signer: new SignatureV4({
-        credentials: config.credentials,
-        region: scope[1] as string,
-        service: scope[2] as string,
-        sha256: config.sha256 as never,
-      }) as unknown as Kept['signer'],
+      new Date(),
+    ).catch(() => false);
+    this.kept = {
+      request,
+      sign: same
+        ? (h, body, signingDate) =>
+            fast.sign({ method: request.method, path: request.path, headers: h, body }, signingDate)
+        : async (h, body, signingDate) =>
+            (await sdkSigner.sign({ ...request, headers: h, body }, { signingDate })).headers,
       http: plainHttpOf(config.requestHandler, sent.protocol),
     };
   }
