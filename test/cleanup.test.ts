@@ -254,6 +254,18 @@ describe('runCleanup', () => {
     expect(total).toBeLessThanOrEqual(Math.ceil((report.durationMs / 1000) * 1_000) + 100);
   });
 
+  it('a batch whose pace the safety margin cuts short is the last: the rate limit is not outrun by more than one batch', async () => {
+    await outboxRows(2_000, { processedDaysAgo: 10 });
+    // Always 5 ms before the margin: each batch's 100 ms pace is cut to 5 ms.
+    const report = await runCleanup(
+      { db: db.pool, options: { batchSize: 100, maxRowsPerSecond: 1_000, safetyMarginMs: 500 } },
+      { remainingMs: () => 505 },
+    );
+    expect(report.stoppedBecause).toBe('time');
+    expect(report.finished).toBe(false);
+    expect(report.outboxEvents).toMatchObject({ deleted: 100, statements: 1 });
+  });
+
   it('stops on a real clock too: a 1.5 s budget with a 1 s margin returns well before the deadline', async () => {
     // 6,000 statements of 10 rows: far more than half a second of work.
     await outboxRows(60_000, { processedDaysAgo: 10 });

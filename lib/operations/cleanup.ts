@@ -148,7 +148,12 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
       // left is locked by an overlapping cleanup, which will delete it).
       task.finished = deleted < options.batchSize;
       logger.debug('cleanup batch', { table: name, deleted, statement: task.statements });
-      await paceBatch(options.maxRowsPerSecond, deleted, batchStarted, run, options.safetyMarginMs);
+      if (!(await paceBatch(options.maxRowsPerSecond, deleted, batchStarted, run, options.safetyMarginMs))) {
+        // Its pace was cut short at the margin: another batch now would go
+        // past the rate limit.
+        report.stoppedBecause = 'time';
+        break rounds;
+      }
     }
     open = open.filter(([, task]) => !task.finished);
   }
@@ -188,8 +193,9 @@ export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Pro
  * With a rate limit, makes a batch of `deleted` rows last at least
  * `deleted / maxRowsPerSecond` seconds, so no stretch of a run goes faster
  * than the limit (there is no catching up after a slow one). Never waits
- * past the point where the safety margin begins: the loop then stops,
- * unfinished, and the next run continues.
+ * past the point where the safety margin begins: false when the wait was
+ * cut short there, and the loop then stops, unfinished (the next run
+ * continues), so only that last batch can outrun the limit.
  */
 async function paceBatch(
   maxRowsPerSecond: number | null,
@@ -197,9 +203,11 @@ async function paceBatch(
   batchStarted: number,
   run: CleanupRunOptions,
   safetyMarginMs: number,
-): Promise<void> {
-  if (maxRowsPerSecond === null || deleted === 0) return;
-  const batchMs = (deleted / maxRowsPerSecond) * 1000;
-  const waitMs = Math.min(batchMs - (performance.now() - batchStarted), run.remainingMs() - safetyMarginMs);
+): Promise<boolean> {
+  if (maxRowsPerSecond === null || deleted === 0) return true;
+  const paceMs = (deleted / maxRowsPerSecond) * 1000 - (performance.now() - batchStarted);
+  const leftMs = run.remainingMs() - safetyMarginMs;
+  const waitMs = Math.min(paceMs, leftMs);
   if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
+  return paceMs <= leftMs;
 }
