@@ -16,7 +16,7 @@ import { createHash, createHmac } from 'node:crypto';
  * spaces and tabs and the ends trimmed as it trims them; the headers it never
  * signs (`user-agent`, `x-amzn-trace-id`, `proxy-*`, `sec-*`, …) left out of
  * the signature but sent; `x-amz-date`, `x-amz-security-token` (with a
- * session token) and `x-amz-content-sha256` added. test/sigv4.test.ts
+ * session token) and `x-amz-content-sha256` added. test/unit/sigv4.test.ts
  * compares the two over many requests, and {@link signsLikeSdk} compares
  * them once for each request a direct caller keeps before it is used: a
  * mismatch (a future SDK that signs differently) keeps the SDK's signer.
@@ -73,7 +73,7 @@ function canonicalValue(value: string): string {
     .replace(/^ | $/g, '');
 }
 
-/** The path as the SDK's signer signs it (`uriEscapePath`): segments normalized, then escaped twice. */
+/** The path as the SDK's signer signs it (`uriEscapePath`): segments normalized, then URI-escaped (an escaped path is escaped again). */
 function canonicalPath(path: string): string {
   const segments: string[] = [];
   for (const segment of path.split('/')) {
