@@ -420,9 +420,9 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
         totalCents: 1,
         currency: 'SEK',
       });
-      const invoked = waker.invocations;
-      await waker.wake();
-      expect(waker.invocations).toBe(invoked + 1);
+      // A schedule tick may hold a slot just then: the waker then invokes
+      // nothing, and that relay (or its last look as it leaves) takes the event.
+      expect(['invoked', 'relay-running']).toContain(await waker.wake());
       const ms = await until(
         'the woken event published',
         async () => {
@@ -437,6 +437,9 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
       );
       latencies.push(ms);
     }
+    // A tick a minute: in a loop of well under two minutes, at most two wakes meet one.
+    expect(waker.invocations).toBeGreaterThanOrEqual(4);
+    expect(waker.invocations + waker.skippedWhileRunning).toBe(6);
     latencies.sort((a, b) => a - b);
     console.info(`woken: commit → published ${latencies.map((ms) => Math.round(ms)).join(', ')} ms`);
     expect(latencies[2]).toBeLessThanOrEqual(300);
