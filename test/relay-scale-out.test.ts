@@ -2,8 +2,9 @@
 // finds a backlog starts more of them. Against PostgreSQL and real queues of
 // the emulator; the relays started here are real Relay runs in this process
 // (the deployed stack starts them as Lambda invocations, test/deployed-stack).
+import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import pg from 'pg';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { loadRelayConfig } from '../lib/config/relay-config.js';
 import type { Queryable } from '../lib/db/queryable.js';
 import { ConfigError } from '../lib/errors.js';
@@ -14,10 +15,16 @@ import { Relay, type RelaySummary } from '../lib/relay/relay.js';
 import {
   acquireRelaySlot,
   anyRelaySlotHeld,
+  PARKED_HOLDER,
+  parkRelaySlots,
   readyBacklog,
+  relaySlotParked,
   relaySlotState,
+  releaseRelaySlot,
   renewRelaySlot,
 } from '../lib/sql/relay-slots.js';
+import { type LocalAws, startLocalAws } from '../scripts/local/aws-emulator.js';
+import { FaultProxy } from '../scripts/local/fault-proxy.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, insertEvents } from './support/events.js';
@@ -195,6 +202,7 @@ function relayWith(
   routes: RouteConfig[],
   options: ConstructorParameters<typeof Relay>[0]['options'],
   extra = 0,
+  sqs: SQSClient = aws.sqs,
 ) {
   const runs: Promise<RelaySummary>[] = [];
   const log = captureLogger();
@@ -203,7 +211,7 @@ function relayWith(
       db: db.pool,
       publisher: createAwsPublisher({
         routes,
-        sqs: aws.sqs,
+        sqs,
         eventBridge: aws.eventBridge,
         source: 'outbox',
         concurrency: 4,
@@ -226,7 +234,8 @@ function watchSlots() {
   const done = (async () => {
     while (!stopped) {
       const { rows } = await db.pool.query(
-        'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now()',
+        'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now() AND holder <> $1',
+        [PARKED_HOLDER],
       );
       most = Math.max(most, rows[0].n);
       await new Promise((r) => setTimeout(r, 10));
@@ -240,33 +249,109 @@ function watchSlots() {
 }
 
 describe('scale out', () => {
-  it('a backlog starts relays for the free slots, up to maxRelays and no more; every event goes out once', async () => {
-    const queue = await createQueue(aws.sqs, uniqueName('scale-out'));
-    const events = 300;
+  // The relays' calls go through a proxy that delays them, to MiniStack
+  // (its queues answer hundreds of calls a second; moto's, a few dozen).
+  let proxy: FaultProxy;
+  let proxied: SQSClient;
+  let ministack: LocalAws;
+  let sqs: SQSClient;
+  beforeAll(async () => {
+    ministack = await startLocalAws({ emulator: 'ministack' });
+    const config = {
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+      maxAttempts: 2,
+    };
+    sqs = new SQSClient({ ...config, endpoint: ministack.endpoint });
+    proxy = await FaultProxy.start(0);
+    proxy.forwardTo(ministack.endpoint);
+    proxied = new SQSClient({ ...config, endpoint: proxy.endpoint });
+  }, 120_000);
+  afterAll(async () => {
+    proxied?.destroy();
+    sqs?.destroy();
+    await proxy?.stop();
+    await ministack?.stop();
+  });
+  beforeEach(() => {
+    proxy.delayMs = 0;
+    proxy.oneAtATime = false;
+  });
+
+  /** Messages in the queue (none received yet): each event once. */
+  async function messagesIn(url: string): Promise<number> {
+    const { Attributes } = await sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages'] }),
+    );
+    return Number(Attributes?.ApproximateNumberOfMessages);
+  }
+
+  it('a backlog starts relays while they raise the rate, doubling them up to maxRelays and no more; every event goes out once', async () => {
+    // Every call 200 ms on the network, none waiting for another: each relay
+    // adds its own rate, as relays do in AWS when they wait on round trips.
+    proxy.delayMs = 200;
+    const queue = await createQueue(sqs, uniqueName('scale-out'));
+    const events = 1_200;
     await insertEvents(db.pool, events);
-    const { relay, runs } = relayWith(
+    const { relay, runs, log } = relayWith(
       [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
-      { maxRelays: 3, workers: 1, batchSize: 10, scaleOutBacklog: 50 },
-      2,
+      { maxRelays: 4, workers: 1, batchSize: 10, scaleOutBacklog: 50 },
+      1,
+      proxied,
     );
     const most = watchSlots();
     const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
     const others = await Promise.all(runs);
-    expect(await most()).toBe(3);
-    // Started for the 2 free slots (again, if some left early), each time 2 more than asked.
+    // Four at most, though each start asked for one more run than it needed.
+    expect(await most()).toBe(4);
+    expect(others.filter((s) => s.stoppedBecause === 'busy').length).toBeGreaterThanOrEqual(1);
+    const started = log.lines.filter((l) => l.message === 'backlog: started more relays');
+    expect(started[0]?.extra).toMatchObject({ started: 1, running: 1, max_relays: 4 });
+    expect(log.lines.some((l) => l.message === 'more relays raised the rate')).toBe(true);
+    expect(log.lines.some((l) => String(l.message).startsWith('more relays did not raise'))).toBe(false);
     expect(first.relaysStarted).toBeGreaterThanOrEqual(2);
-    expect(others).toHaveLength((first.relaysStarted as number) * 2);
-    expect(others.filter((s) => s.stoppedBecause === 'busy').length).toBeGreaterThanOrEqual(2);
     const total = [first, ...others].reduce((n, s) => n + s.published, 0);
     expect(total).toBe(events);
-    expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
+    expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(3);
     const { rows } = await db.pool.query(
       'SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NULL',
     );
     expect(rows[0].n).toBe(0);
-    const messages = await drainQueue(aws.sqs, queue.url, events, 60_000);
-    expect(new Set(messages.map((m) => JSON.parse(m.Body as string).id)).size).toBe(events);
-    expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 0 });
+    expect(await messagesIn(queue.url)).toBe(events);
+    expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 0 });
+  }, 120_000);
+
+  it('relays that do not raise the rate leave, and their slots stay closed; every event goes out once', async () => {
+    // One call at a time on a shared link: one relay already fills it.
+    proxy.delayMs = 30;
+    proxy.oneAtATime = true;
+    const queue = await createQueue(sqs, uniqueName('scale-out-shared'));
+    const events = 2_000;
+    await insertEvents(db.pool, events);
+    const { relay, runs, log } = relayWith(
+      [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+      { maxRelays: 4, workers: 3, batchSize: 10, scaleOutBacklog: 50 },
+      0,
+      proxied,
+    );
+    const most = watchSlots();
+    const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    const others = await Promise.all(runs);
+    // One relay started, measured, sent away; none after it.
+    expect(first.relaysStarted).toBe(1);
+    expect(others).toHaveLength(1);
+    expect(others[0]?.stoppedBecause).toBe('busy');
+    expect(await most()).toBe(2);
+    const verdict = log.lines.find((l) => String(l.message).startsWith('more relays did not raise the rate'));
+    expect(verdict?.extra).toMatchObject({ running_before: 1, running: 2, closed_slots: [1, 2, 3] });
+    expect(log.lines.some((l) => l.message === 'this relay no longer holds its slot; it stops claiming')).toBe(
+      false,
+    );
+    expect(first.published + (others[0]?.published ?? 0)).toBe(events);
+    expect(await messagesIn(queue.url)).toBe(events);
+    // Closed, not running: a producer's wake still finds no relay running.
+    expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 3, running: 0 });
+    expect(await anyRelaySlotHeld(db.pool)).toBe(false);
   }, 120_000);
 
   it('no backlog, no scale-out', async () => {
@@ -282,27 +367,33 @@ describe('scale out', () => {
   });
 
   it('ordered mode: relays started for a backlog keep every aggregate in order', async () => {
-    const queue = await createQueue(aws.sqs, `${uniqueName('scale-out-order')}.fifo`);
+    proxy.delayMs = 200;
+    const queue = await createQueue(sqs, `${uniqueName('scale-out-order')}.fifo`);
     const aggregates = 12;
-    const perAggregate = 25;
+    const perAggregate = 80;
     await insertEvents(db.pool, aggregates * perAggregate, (i) => ({
       aggregateId: `agg-${i % aggregates}`,
       eventType: 'order.updated',
       payload: { k: Math.floor(i / aggregates) },
     }));
-    const { relay, runs } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }], {
-      maxRelays: 3,
-      workers: 1,
-      batchSize: 10,
-      maxPerAggregate: 2,
-      ordering: 'aggregate',
-      scaleOutBacklog: 50,
-    });
+    const { relay, runs } = relayWith(
+      [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+      {
+        maxRelays: 3,
+        workers: 1,
+        batchSize: 10,
+        maxPerAggregate: 2,
+        ordering: 'aggregate',
+        scaleOutBacklog: 50,
+      },
+      0,
+      proxied,
+    );
     const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
     const others = await Promise.all(runs);
     expect(first.relaysStarted).toBeGreaterThanOrEqual(2);
     expect(others.filter((s) => s.published > 0).length).toBeGreaterThanOrEqual(1);
-    const messages = await drainQueue(aws.sqs, queue.url, aggregates * perAggregate, 60_000);
+    const messages = await drainQueue(sqs, queue.url, aggregates * perAggregate, 60_000);
     expect(messages).toHaveLength(aggregates * perAggregate);
     const seen = new Map<string, number[]>();
     for (const m of messages) {

@@ -47,6 +47,8 @@ export interface RelayConfig {
  * - `OUTBOX_MAX_RELAYS` (scale out: relays at once, each holding a slot of `outbox_relay_slots`;
  *   unset: no slots, no scale-out), `OUTBOX_SCALE_OUT_BACKLOG` (ready events that start more,
  *   default 1,000), `OUTBOX_SCALE_OUT_AGE_MS` (or the age of the oldest ready event, default 10 s),
+ *   `OUTBOX_SCALE_OUT_PARK_MS` (relays that did not raise the rate: their slots stay closed this
+ *   long, default 5 minutes),
  *   `OUTBOX_SLOT_ALIVE_MS` (a slot not renewed for this long is free: a relay killed mid-run stops
  *   counting as running, default 20 s),
  *   `OUTBOX_DB_CONNECTION_BUDGET` (database connections all relays together may open; checked
@@ -89,6 +91,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
     maxRelays: readVar(env, 'OUTBOX_MAX_RELAYS', intVar(1, 1000)),
     scaleOutBacklog: readVar(env, 'OUTBOX_SCALE_OUT_BACKLOG', intVar(1, 10_000_000)),
     scaleOutAgeMs: readVar(env, 'OUTBOX_SCALE_OUT_AGE_MS', intVar(1, 86_400_000)),
+    scaleOutParkMs: readVar(env, 'OUTBOX_SCALE_OUT_PARK_MS', intVar(1_000, 86_400_000)),
     slotAliveMs: readVar(env, 'OUTBOX_SLOT_ALIVE_MS', intVar(1_000, 3_600_000)),
     maxPendingAgeMs: readVar(env, 'OUTBOX_MAX_PENDING_AGE_MS', intVar(60_000, 30 * 86_400_000)),
     publishedRows: readVar(

@@ -73,6 +73,13 @@ export interface RelayOptions {
   /** Age of the oldest ready event at which a run starts more relays (with `maxRelays`). Default 10 s. */
   scaleOutAgeMs?: number;
   /**
+   * Measured scale out (with `maxRelays`): when the relays a run started did
+   * not raise the rate (they wait on something they share), the slots they
+   * took and the free ones are closed for this long; no relay is started for
+   * them meanwhile, then the next backlog measures again. Default 5 minutes.
+   */
+  scaleOutParkMs?: number;
+  /**
    * With `maxRelays`: a run renews its slot every quarter of this; a slot
    * not renewed for this long is free, so a relay killed mid-run (out of
    * memory, a crash of its runtime) stops counting as running within it.
@@ -135,6 +142,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   maxRelays: null,
   scaleOutBacklog: 1_000,
   scaleOutAgeMs: 10_000,
+  scaleOutParkMs: 300_000,
   slotAliveMs: 20_000,
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
@@ -175,7 +183,7 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
       `expected a whole number >= 1, or null for no slots (got ${String(maxRelays)})`,
     );
   }
-  for (const field of ['scaleOutBacklog', 'scaleOutAgeMs', 'slotAliveMs'] as const) {
+  for (const field of ['scaleOutBacklog', 'scaleOutAgeMs', 'scaleOutParkMs', 'slotAliveMs'] as const) {
     const value = resolved[field];
     if (!(Number.isInteger(value) && value >= 1)) {
       throw new ConfigError(field, `expected a whole number >= 1 (got ${String(value)})`);

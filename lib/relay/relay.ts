@@ -11,8 +11,10 @@ import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 import {
   acquireRelaySlot,
+  parkRelaySlots,
   readyBacklog,
   relayIsSurplus,
+  relaySlotParked,
   relaySlotState,
   releaseRelaySlot,
   renewRelaySlot,
@@ -28,6 +30,19 @@ const FULL_CLAIM_EVERY = 20;
 const FULL_CLAIM_INTERVAL_MS = 1_000;
 /** Scale out: a draining run looks at the backlog at most this often. */
 const SCALE_CHECK_MS = 5_000;
+/**
+ * Measured scale out: the relay that scales (the lowest slot held) measures
+ * its own rate over this long of full claims before it starts more relays,
+ * and again once they run (PROBE_SETTLE_MS after the last took its slot).
+ */
+const PROBE_WINDOW_MS = 2_000;
+const PROBE_SETTLE_MS = 500;
+/** How often the scaling relay looks whether the relays it started took their slots. */
+const PROBE_CHECK_MS = 250;
+/** Relays started that have not taken their slots within this: no measure. */
+const PROBE_JOIN_MS = 10_000;
+/** A slot not renewed in this long is looked at (so a relay finds its slot closed within it). */
+const RENEW_MAX_MS = 1_000;
 /**
  * Scale in: a relay whose claims have not come back full for this long, while
  * another relay holds its slot for longer, leaves the trickle to that one.
@@ -715,13 +730,19 @@ export class Relay {
     if (maxRelays === null) return this.drain(run);
     const elastic = (run.idleTailMs ?? this.options.idleTailMs) !== null;
     if (run.deferToRunning && elastic) {
-      const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
-      if (held > 0) {
+      const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      if (running > 0) {
         this.logger.info('a relay is running; this run leaves the outbox to it', { max_relays: maxRelays });
         return busySummary();
       }
     }
     const holder = randomUUID();
+    this.probe = undefined;
+    this.slotClosed = false;
+    this.progress = [];
+    this.publishedInRun = 0;
+    this.lastShortClaimAt = performance.now();
+    this.nextScaleCheckAt = Number.NEGATIVE_INFINITY;
     const slot = await this.takeSlot(run, holder, maxRelays);
     if (slot === undefined) {
       this.logger.info('every relay slot is held; this run leaves the outbox to them', {
@@ -739,7 +760,8 @@ export class Relay {
         this.logger.warn('could not release the relay slot', { slot, error: String(error) }),
       );
     }
-    // Out of time with a backlog left: relays for the free slots, this one's included.
+    // Out of time with a backlog left: a successor in this one's slot (when
+    // free: not closed meanwhile); it measures again before it starts more.
     // Only while claims still came back full: events nobody may claim yet
     // (an aggregate held behind a dead letter) are no work for more relays.
     const startedBefore = this.relaysStarted;
@@ -774,14 +796,27 @@ export class Relay {
     return { ...summary, slot, relaysStarted: this.relaysStarted };
   }
 
-  /** Renews this run's slot: false once another relay took it. A failed renewal says yes (it is tried again). */
+  /**
+   * Renews this run's slot: false once another relay took it, or the relay
+   * that scales closed it. A failed renewal says yes (it is tried again).
+   */
   private async stillHoldsSlot(held: { slot: number; holder: string }): Promise<boolean> {
     try {
-      return await renewRelaySlot(this.deps.db, {
-        ...held,
-        aliveMs: this.options.slotAliveMs,
-        schema: this.options.schema,
-      });
+      if (
+        await renewRelaySlot(this.deps.db, {
+          ...held,
+          aliveMs: this.options.slotAliveMs,
+          schema: this.options.schema,
+        })
+      )
+        return true;
+      if (await relaySlotParked(this.deps.db, held.slot, this.options.schema).catch(() => false)) {
+        this.logger.info('more relays did not raise the rate: this relay’s slot is closed; it stops claiming', {
+          slot: held.slot,
+        });
+        this.slotClosed = true;
+      }
+      return false;
     } catch (error) {
       this.logger.warn('could not renew the relay slot', { slot: held.slot, error: String(error) });
       return true;
@@ -791,8 +826,8 @@ export class Relay {
   /** No relay holds a slot. A failed check says no. */
   private async alone(maxRelays: number): Promise<boolean> {
     try {
-      const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
-      return held === 0;
+      const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      return running === 0;
     } catch (error) {
       this.logger.warn('could not look at the other relays', { error: String(error) });
       return false;
@@ -841,8 +876,19 @@ export class Relay {
 
   /** Relay runs started by this one's backlog checks (scale-out). */
   private relaysStarted = 0;
-  private lastScaleCheckAt = Number.NEGATIVE_INFINITY;
+  private nextScaleCheckAt = Number.NEGATIVE_INFINITY;
   private scaling = false;
+  /** This run's slot was closed by the relay that scales (measured scale out). */
+  private slotClosed = false;
+  /** Measured scale out: relays started, and this relay's rate before they came. */
+  private probe:
+    | { startedAt: number; running: number; added: number; rateBefore: number; measureFrom?: number }
+    | undefined;
+  /** [time, events published so far in this run], the last PROBE_WINDOW_MS * 4 of them. */
+  private progress: Array<[number, number]> = [];
+  private publishedInRun = 0;
+  /** When a claim last came back short of a full batch (or the run started). */
+  private lastShortClaimAt = 0;
 
   /**
    * A free slot, or undefined when all are held. When the first held slot
@@ -869,27 +915,25 @@ export class Relay {
   }
 
   /**
-   * With a backlog (ready events up to `scaleOutBacklog`, or the oldest of
-   * them `scaleOutAgeMs` old), starts relays for the free slots. Checked at
-   * most every SCALE_CHECK_MS while a run finds work, and when it ends out of
-   * time. A failed check only costs the scale-out.
+   * A run out of time with a backlog (ready events up to `scaleOutBacklog`,
+   * or the oldest of them `scaleOutAgeMs` old) starts a successor when a
+   * slot is free (its own, released: not when the slot was closed). A
+   * failed check only costs the successor; the schedule starts one.
    */
   private async scaleOut(maxRelays: number, why: string): Promise<void> {
     const start = this.deps.startRelays;
     if (!start || this.scaling) return;
     this.scaling = true;
-    this.lastScaleCheckAt = performance.now();
     try {
       const backlog = await this.backlog();
       if (!backlog.calls) return;
       const { held } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
-      const free = maxRelays - held;
-      if (free <= 0) return;
-      await start(free);
-      this.relaysStarted += free;
+      if (maxRelays - held <= 0) return;
+      await start(1);
+      this.relaysStarted += 1;
       this.logger.info('backlog: started more relays', {
         why,
-        started: free,
+        started: 1,
         max_relays: maxRelays,
         ready_at_least: backlog.ready,
         oldest_ready_ms: Math.round(backlog.oldestMs),
@@ -899,6 +943,153 @@ export class Relay {
     } finally {
       this.scaling = false;
     }
+  }
+
+  /** A batch's outcome, for this run's rate (measured scale out). */
+  private noteProgress(report: BatchReport): void {
+    const now = performance.now();
+    this.publishedInRun += report.published;
+    this.progress.push([now, this.publishedInRun]);
+    const keepFrom = now - PROBE_WINDOW_MS * 4;
+    let drop = 0;
+    while (drop < this.progress.length - 1 && (this.progress[drop] as [number, number])[0] < keepFrom) drop++;
+    if (drop > 0) this.progress.splice(0, drop);
+    if (report.claimed < this.options.batchSize) this.lastShortClaimAt = now;
+  }
+
+  /** Events per second this run published since `from` (counted from the last batch at or before it). */
+  private rateSince(from: number): number {
+    const now = performance.now();
+    let base: [number, number] | undefined;
+    for (const sample of this.progress) {
+      if (sample[0] > from) break;
+      base = sample;
+    }
+    base ??= this.progress[0];
+    if (!base || now - base[0] <= 0) return 0;
+    return ((this.publishedInRun - base[1]) / (now - base[0])) * 1_000;
+  }
+
+  /**
+   * Measured scale out, checked while claims come back full. The relay in
+   * the lowest slot held measures its own rate over PROBE_WINDOW_MS of full
+   * claims; with a backlog (ready events up to `scaleOutBacklog`, or the
+   * oldest of them `scaleOutAgeMs` old) it starts as many relays as run
+   * (doubling them; no more than the free slots), and measures again once
+   * they run. When the fleet's rate (this relay's times the relays running)
+   * rose by at least half a relay's share for each relay added, the next
+   * check may double again. When it did not (the relays wait on something
+   * they share: the database, a target's limit, the network), it closes
+   * every slot but those of the relays that ran before, for
+   * `scaleOutParkMs`: the newest relays stop claiming at their next renewal,
+   * and nobody starts relays for those slots meanwhile. A claim short of a
+   * full batch during a measure (the backlog ran out) voids it. A failed
+   * check only costs the scale-out.
+   */
+  private async scaleCheck(maxRelays: number, held: { slot: number; holder: string }): Promise<void> {
+    const start = this.deps.startRelays;
+    if (!start || this.scaling) return;
+    this.scaling = true;
+    const now = performance.now();
+    this.nextScaleCheckAt = now + SCALE_CHECK_MS;
+    try {
+      if (this.probe) {
+        await this.judgeProbe(maxRelays, held, now);
+        return;
+      }
+      if (now - this.lastShortClaimAt < PROBE_WINDOW_MS) {
+        this.nextScaleCheckAt = this.lastShortClaimAt + PROBE_WINDOW_MS;
+        return;
+      }
+      const state = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      if (state.lowest !== held.slot) return;
+      const free = maxRelays - state.held;
+      if (free <= 0) return;
+      const backlog = await this.backlog();
+      if (!backlog.calls) return;
+      const rateBefore = this.rateSince(performance.now() - PROBE_WINDOW_MS);
+      const add = Math.min(free, Math.max(1, state.running));
+      await start(add);
+      this.relaysStarted += add;
+      this.probe = { startedAt: performance.now(), running: state.running, added: add, rateBefore };
+      this.nextScaleCheckAt = performance.now() + PROBE_CHECK_MS;
+      this.logger.info('backlog: started more relays', {
+        why: 'a backlog while draining',
+        started: add,
+        running: state.running,
+        max_relays: maxRelays,
+        ready_at_least: backlog.ready,
+        oldest_ready_ms: Math.round(backlog.oldestMs),
+        events_per_second: Math.round(rateBefore),
+      });
+    } catch (error) {
+      this.probe = undefined;
+      this.logger.warn('could not start more relays for the backlog', { error: String(error) });
+    } finally {
+      this.scaling = false;
+    }
+  }
+
+  private async judgeProbe(maxRelays: number, held: { slot: number; holder: string }, now: number): Promise<void> {
+    const probe = this.probe;
+    if (!probe) return;
+    if (probe.measureFrom === undefined) {
+      const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+      if (running >= probe.running + probe.added) {
+        probe.measureFrom = now + PROBE_SETTLE_MS;
+        this.nextScaleCheckAt = probe.measureFrom + PROBE_WINDOW_MS;
+      } else if (now - probe.startedAt > PROBE_JOIN_MS) {
+        this.probe = undefined;
+        this.logger.warn('relays started for the backlog did not take their slots; not measured', {
+          started: probe.added,
+          running,
+        });
+      } else {
+        this.nextScaleCheckAt = now + PROBE_CHECK_MS;
+      }
+      return;
+    }
+    const from = probe.measureFrom;
+    if (now < from + PROBE_WINDOW_MS) {
+      this.nextScaleCheckAt = from + PROBE_WINDOW_MS;
+      return;
+    }
+    this.probe = undefined;
+    if (this.lastShortClaimAt >= from - PROBE_SETTLE_MS) {
+      this.logger.info('the backlog ran short while more relays joined; not measured', {
+        started: probe.added,
+      });
+      return;
+    }
+    const rateAfter = this.rateSince(from);
+    const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+    const fleetBefore = probe.rateBefore * probe.running;
+    const fleetAfter = rateAfter * running;
+    const fields = {
+      running_before: probe.running,
+      running,
+      events_per_second_before: Math.round(fleetBefore),
+      events_per_second: Math.round(fleetAfter),
+      max_relays: maxRelays,
+    };
+    if (fleetAfter >= probe.rateBefore * (probe.running + probe.added / 2)) {
+      // Measured: the next check may double them again.
+      this.nextScaleCheckAt = now;
+      this.logger.info('more relays raised the rate', fields);
+      return;
+    }
+    const closed = await parkRelaySlots(this.deps.db, {
+      slot: held.slot,
+      keep: probe.running,
+      maxRelays,
+      parkMs: this.options.scaleOutParkMs,
+      schema: this.options.schema,
+    });
+    this.logger.info('more relays did not raise the rate: the newest leave; their slots stay closed', {
+      ...fields,
+      closed_slots: closed,
+      closed_ms: this.options.scaleOutParkMs,
+    });
   }
 
   /**
@@ -986,14 +1177,16 @@ export class Relay {
               void this.stillHoldsSlot(held).then((still) => {
                 renewing = false;
                 if (still || stop || timeLeft() <= 0) return;
-                this.logger.warn('this relay no longer holds its slot; it stops claiming', {
-                  slot: held.slot,
-                });
+                if (!this.slotClosed)
+                  this.logger.warn('this relay no longer holds its slot; it stops claiming', {
+                    slot: held.slot,
+                  });
                 stoppedBecause = 'busy';
                 stop = true;
               });
             },
-            Math.max(1, Math.floor(this.options.slotAliveMs / 4)),
+            // Every second at least: a relay whose slot was closed leaves soon.
+            Math.max(1, Math.min(RENEW_MAX_MS, Math.floor(this.options.slotAliveMs / 4))),
           );
     heartbeat?.unref?.();
 
@@ -1047,13 +1240,14 @@ export class Relay {
           addCounts(total, report);
         }
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
-        if (
-          maxRelays !== undefined &&
-          maxRelays > 1 &&
-          report.claimed >= this.options.batchSize &&
-          performance.now() - this.lastScaleCheckAt >= SCALE_CHECK_MS
-        ) {
-          await this.scaleOut(maxRelays, 'a backlog while draining');
+        if (held !== undefined && maxRelays !== undefined && maxRelays > 1) {
+          this.noteProgress(report);
+          if (
+            report.claimed >= this.options.batchSize &&
+            !stop &&
+            performance.now() >= this.nextScaleCheckAt
+          )
+            await this.scaleCheck(maxRelays, held);
         }
         if (report.claimed >= this.options.batchSize) lastFullAt = performance.now();
         if (

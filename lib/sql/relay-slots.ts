@@ -10,8 +10,16 @@ import { perSchema } from '../db/schema.js';
 // Held: within its holder's time budget (held_until) and alive, its holder
 // having renewed alive_until lately (1764900800000_outbox-relay-slot-liveness;
 // NULL: a row from before it, alive until held_until).
+//
+// Closed: a slot held by PARKED_HOLDER, no relay, until held_until. A relay
+// that found that more relays did not raise the fleet's rate closes the
+// slots it would otherwise start relays for (parkRelaySlots): they count as
+// held for whoever takes a slot or starts relays, and as no relay running
+// for a producer's wake, a leaving relay's last look and scale in.
+export const PARKED_HOLDER = '00000000-0000-0000-0000-000000000000';
 const held = (alias: string) =>
   `${alias}.held_until > now() AND (${alias}.alive_until IS NULL OR ${alias}.alive_until > now())`;
+const running = (alias: string) => `${held(alias)} AND ${alias}.holder <> '${PARKED_HOLDER}'::uuid`;
 const sql = perSchema((t) => ({
   ACQUIRE: `
     INSERT INTO ${t.relaySlots} AS s (slot, holder, held_until, alive_until)
@@ -30,16 +38,33 @@ const sql = perSchema((t) => ({
     SET alive_until = least(s.held_until, now() + $3::float8 * interval '1 millisecond')
     WHERE s.slot = $1 AND s.holder = $2 AND ${held('s')}
     RETURNING slot`,
-  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE ${held('s')}) AS held`,
+  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE ${running('s')}) AS held`,
   RELEASE: `DELETE FROM ${t.relaySlots} WHERE slot = $1 AND holder = $2`,
   STATE: `
     SELECT count(*)::int AS held,
+           (count(*) FILTER (WHERE s.holder <> '${PARKED_HOLDER}'::uuid))::int AS running,
+           min(s.slot) FILTER (WHERE s.holder <> '${PARKED_HOLDER}'::uuid) AS lowest,
            coalesce(extract(epoch FROM min(s.held_until) - now()) * 1000, 0)::float8 AS next_free_ms
     FROM ${t.relaySlots} s WHERE s.slot < $1 AND ${held('s')}`,
+  PARK: `
+    WITH kept AS (
+      SELECT s.slot FROM ${t.relaySlots} s
+      WHERE s.slot < $2 AND ${running('s')}
+      ORDER BY (s.slot = $1) DESC, s.slot
+      LIMIT $3)
+    INSERT INTO ${t.relaySlots} AS s (slot, holder, held_until, alive_until)
+    SELECT n, '${PARKED_HOLDER}'::uuid, now() + $4::float8 * interval '1 millisecond',
+           now() + $4::float8 * interval '1 millisecond'
+    FROM generate_series(0, $2::int - 1) n
+    WHERE n NOT IN (SELECT slot FROM kept)
+    ON CONFLICT (slot) DO UPDATE
+      SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until, alive_until = EXCLUDED.alive_until
+    RETURNING slot`,
+  PARKED: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE s.slot = $1 AND s.holder = '${PARKED_HOLDER}'::uuid AND ${held('s')}) AS parked`,
   SURPLUS: `
     SELECT EXISTS (
       SELECT 1 FROM ${t.relaySlots} me JOIN ${t.relaySlots} o ON o.slot <> me.slot
-      WHERE me.slot = $1 AND me.holder = $2 AND ${held('o')}
+      WHERE me.slot = $1 AND me.holder = $2 AND ${running('o')}
         AND (o.held_until > me.held_until OR (o.held_until = me.held_until AND o.slot < me.slot))
     ) AS surplus`,
   RETRY_DUE: `
@@ -103,7 +128,7 @@ export async function renewRelaySlot(
   return rows.length > 0;
 }
 
-/** Whether any relay holds a slot now: a relay is running. */
+/** Whether any relay holds a slot now (a closed slot is no relay): a relay is running. */
 export async function anyRelaySlotHeld(db: Queryable, schema?: string | undefined): Promise<boolean> {
   const { rows } = await db.query(sql(schema).ANY_HELD, []);
   return rows[0].held === true;
@@ -118,13 +143,48 @@ export async function releaseRelaySlot(
   await db.query(sql(schema).RELEASE, [slot, holder]);
 }
 
-/** Slots of `0 .. maxRelays - 1` held now, and when the first of them frees up (ms from now). */
+/**
+ * Slots of `0 .. maxRelays - 1` held now (closed ones included), how many of
+ * them by a running relay and the lowest of those (null: none), and when the
+ * first held slot frees up (ms from now).
+ */
 export async function relaySlotState(
   db: Queryable,
   options: { maxRelays: number; schema?: string | undefined },
-): Promise<{ held: number; nextFreeMs: number }> {
+): Promise<{ held: number; running: number; lowest: number | null; nextFreeMs: number }> {
   const { rows } = await db.query(sql(options.schema).STATE, [options.maxRelays]);
-  return { held: rows[0].held, nextFreeMs: Math.max(0, rows[0].next_free_ms) };
+  return {
+    held: rows[0].held,
+    running: rows[0].running,
+    lowest: rows[0].lowest,
+    nextFreeMs: Math.max(0, rows[0].next_free_ms),
+  };
+}
+
+/**
+ * Closes every slot of `0 .. maxRelays - 1` for `parkMs` but those of `keep`
+ * running relays: the holder of `slot` and the lowest other slots. A relay
+ * whose slot is closed finds so at its next renewal and stops claiming; a
+ * closed slot counts as held for whoever takes a slot or starts relays.
+ * Returns the slots closed.
+ */
+export async function parkRelaySlots(
+  db: Queryable,
+  options: { slot: number; keep: number; maxRelays: number; parkMs: number; schema?: string | undefined },
+): Promise<number[]> {
+  const { rows } = await db.query(sql(options.schema).PARK, [
+    options.slot,
+    options.maxRelays,
+    Math.max(1, options.keep),
+    options.parkMs,
+  ]);
+  return rows.map((r) => r.slot as number).sort((a, b) => a - b);
+}
+
+/** Whether `slot` is closed (parkRelaySlots) now. */
+export async function relaySlotParked(db: Queryable, slot: number, schema?: string | undefined): Promise<boolean> {
+  const { rows } = await db.query(sql(schema).PARKED, [slot]);
+  return rows[0].parked === true;
 }
 
 /**

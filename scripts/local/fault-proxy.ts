@@ -16,6 +16,10 @@ import type { AddressInfo } from 'node:net';
  *   AWS call, `startStackEmulator({ frontPort })`): each request waits that
  *   long before it is forwarded, a network round trip as a function in AWS
  *   waits for one, without spending the machine's CPU.
+ * - `oneAtATime` (tests of measured scale out): requests are forwarded one
+ *   after another, each once the one before was answered (and after
+ *   `delayMs`): a link every caller shares, whose rate more callers cannot
+ *   raise.
  *
  * - `answerNext(...)` (tests): the next requests get these answers instead
  *   of being forwarded, one each: a 503, an error page, no answer at all
@@ -38,6 +42,10 @@ export class FaultProxy {
   forwarded = 0;
   /** Milliseconds each request waits before it is forwarded (0: none). */
   delayMs = 0;
+  /** Forward one request at a time, in order of arrival. */
+  oneAtATime = false;
+  private readonly line: Array<() => void> = [];
+  private lineBusy = false;
   /** Also fails every PutEvents entry whose Detail contains one of these. */
   readonly failDetailsContaining = new Set<string>();
   private readonly answers: FaultAnswer[] = [];
@@ -104,6 +112,18 @@ export class FaultProxy {
       return;
     }
     this.forwarded++;
+    if (this.oneAtATime) {
+      req.pause();
+      this.line.push(() => {
+        res.once('close', () => {
+          this.lineBusy = false;
+          this.nextInLine();
+        });
+        setTimeout(() => this.forward(req, res, upstream), this.delayMs);
+      });
+      this.nextInLine();
+      return;
+    }
     if (this.delayMs > 0) {
       // Paused until then: the body stays in the socket's buffers.
       req.pause();
@@ -111,6 +131,14 @@ export class FaultProxy {
       return;
     }
     this.forward(req, res, upstream);
+  }
+
+  private nextInLine() {
+    if (this.lineBusy) return;
+    const next = this.line.shift();
+    if (!next) return;
+    this.lineBusy = true;
+    next();
   }
 
   private forward(req: http.IncomingMessage, res: http.ServerResponse, upstream: URL) {
