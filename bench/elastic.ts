@@ -44,6 +44,7 @@ import { migrate } from '../lib/db/migrate.js';
 import { createOrder, createOrders } from '../lib/example/orders.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { WAKE_SOURCE } from '../lib/relay/invocation.js';
+import { PARKED_HOLDER } from '../lib/sql/relay-slots.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { migrateExample } from '../scripts/local/example-schema.js';
 import { FaultProxy } from '../scripts/local/fault-proxy.js';
@@ -227,7 +228,7 @@ async function drained(b: Backlog, timeoutMs: number): Promise<{ most: number }>
   let most = 0;
   for (;;) {
     const { rows } = await pool.query(
-      `SELECT (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now()) AS held,
+      `SELECT (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}') AS held,
               (SELECT count(*)::int FROM outbox_events
                 WHERE processed_at IS NULL AND seq BETWEEN $1 AND $2) AS left`,
       [b.first, b.last],
@@ -244,7 +245,7 @@ async function drained(b: Backlog, timeoutMs: number): Promise<{ most: number }>
 async function relaysGone() {
   for (;;) {
     const { rows } = await pool.query(
-      'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now()',
+      `SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}'`,
     );
     if (rows[0].n === 0) break;
     await sleep(500);
@@ -280,7 +281,7 @@ async function steady(stack: DeployedStack, rate: number) {
   const sampling = (async () => {
     while (writing) {
       const { rows } = await pool.query(
-        'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now()',
+        `SELECT count(*)::int AS n FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}'`,
       );
       samples.push(rows[0].n);
       await sleep(250);

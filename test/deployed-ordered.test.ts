@@ -25,6 +25,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withTransaction } from '../lib/db/transaction.js';
 import { enqueueEvents } from '../lib/outbox/enqueue.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
+import { PARKED_HOLDER } from '../lib/sql/relay-slots.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { node22PathDir } from '../scripts/local/node22.js';
 import {
@@ -199,7 +200,7 @@ async function sample(): Promise<Sample> {
     ),
     leased AS (SELECT * FROM marked WHERE live)
     SELECT
-      (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now()) AS held,
+      (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}') AS held,
       (SELECT count(DISTINCT locked_by)::int FROM leased) AS leases,
       (SELECT coalesce(json_agg(DISTINCT jsonb_build_object('aggregate_id', aggregate_id, 'lease', locked_by)), '[]')
          FROM leased) AS "leasedAggregates",
