@@ -77,10 +77,16 @@ const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
 const nodeDir = node22PathDir(log);
 
 /** The relay's REPORT lines since the tail started: GB-seconds and invocations. */
-async function billed(tail: LogTail): Promise<{ gbSeconds: number; invocations: number }> {
+async function billed(
+  tail: LogTail,
+): Promise<{ gbSeconds: number; invocations: number; measured: { raised: number; notRaised: number } }> {
   let gbSeconds = 0;
   let invocations = 0;
+  // Measured scale out: what the relay that scaled found, each time it measured.
+  const measured = { raised: 0, notRaised: 0 };
   for (const line of await tail.poll()) {
+    if (line.includes('"more relays raised the rate"')) measured.raised++;
+    if (line.includes('"more relays did not raise the rate: the newest leave')) measured.notRaised++;
     // A relay that cannot work (no database, no permission) ends in a moment: not an idle relay.
     if (/^(Error|.*"level":"ERROR")/.test(line))
       throw new Error(`the deployed relay failed: ${line.slice(0, 300)}`);
@@ -89,7 +95,16 @@ async function billed(tail: LogTail): Promise<{ gbSeconds: number; invocations: 
     invocations++;
     gbSeconds += (Number(report[1]) / 1000) * (Number(report[2]) / 1024);
   }
-  return { gbSeconds, invocations };
+  return { gbSeconds, invocations, measured };
+}
+
+/**
+ * Opens slots a relay closed in an earlier part (more relays did not raise
+ * the rate there): each part starts as a fresh stack would, and measures
+ * for itself.
+ */
+async function openClosedSlots() {
+  await pool.query('DELETE FROM outbox_relay_slots WHERE holder = $1', [PARKED_HOLDER]);
 }
 
 /**
@@ -374,6 +389,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   log(`full load: ${LOAD_EVENTS} orders in one transaction, one wake, the consumer's mapping off…`);
   await consumerMapping(stack, false);
   await relaysGone();
+  await openClosedSlots();
   // Every relay invocation from here on counts (a schedule tick may start on the orders before the wake).
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
@@ -387,11 +403,11 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   const drainedMs = await drainMs(load);
   await relaysGone();
   const cpuSeconds = cpu.stop();
-  const { gbSeconds, invocations } = await billed(tail);
+  const { gbSeconds, invocations, measured } = await billed(tail);
   await consumerMapping(stack, true);
   const perMillion = (gbSeconds / LOAD_EVENTS) * 1_000_000;
   log(
-    `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
+    `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once; more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
   );
   return {
     gbSecondsPerMillion: Math.round(perMillion),
@@ -400,6 +416,8 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
     eventsPerSecond: Math.round(LOAD_EVENTS / (drainedMs / 1000)),
     relayInvocations: invocations,
     mostRelaysAtOnce: most,
+    // Measured scale out: how often the relay that scaled found that the relays it started raised the rate, and did not.
+    scaleOutMeasured: measured,
     gbSeconds: Math.round(gbSeconds * 10) / 10,
     // The relays' own CPU (their Lambda workers, Node 22, this machine's cores).
     relayCpuSecondsPerMillion: Math.round((cpuSeconds / LOAD_EVENTS) * 1_000_000),
@@ -435,6 +453,7 @@ async function drainMs(b: Backlog): Promise<number> {
 async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays: number) {
   await consumerMapping(stack, false);
   await relaysGone();
+  await openClosedSlots();
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
   log(`scale out, maxRelays ${maxRelays}: ${SCALE_OUT_EVENTS} orders in one transaction…`);
@@ -446,9 +465,9 @@ async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays:
     const { most } = await drained(events, 1_200_000);
     const drainedMs = await drainMs(events);
     await relaysGone();
-    const { gbSeconds, invocations } = await billed(tail);
+    const { gbSeconds, invocations, measured } = await billed(tail);
     log(
-      `  maxRelays ${maxRelays}: drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
+      `  maxRelays ${maxRelays} (more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×): drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
     );
     return {
       maxRelays,
@@ -456,6 +475,7 @@ async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays:
       eventsPerSecond: Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000)),
       relayInvocations: invocations,
       mostRelaysAtOnce: most,
+      scaleOutMeasured: measured,
       gbSecondsPerMillion: Math.round((gbSeconds / SCALE_OUT_EVENTS) * 1_000_000),
       callsThroughProxy: proxy.forwarded - calls,
     };

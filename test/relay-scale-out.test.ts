@@ -71,6 +71,49 @@ describe('relay slots', () => {
     expect(await take()).toBeUndefined();
   });
 
+  it('closed slots count as held for taking a slot, not as running; their holders lose them; they open when their time is up', async () => {
+    const slot = async (holder: string) =>
+      acquireRelaySlot(db.pool, { holder, maxRelays: 4, holdMs: 60_000, aliveMs: 60_000 });
+    const holders = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
+    for (const [i, h] of holders.entries()) expect(await slot(h)).toBe(i);
+    // The relay in slot 1 keeps itself and one more (the lowest other: slot 0).
+    const closed = await parkRelaySlots(db.pool, { slot: 1, keep: 2, maxRelays: 4, parkMs: 1_500 });
+    expect(closed).toEqual([2, 3]);
+    expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 4, running: 2, lowest: 0 });
+    // Slot 2's holder finds so at its next renewal.
+    expect(await renewRelaySlot(db.pool, { slot: 2, holder: holders[2] as string, aliveMs: 60_000 })).toBe(
+      false,
+    );
+    expect(await relaySlotParked(db.pool, 2)).toBe(true);
+    expect(await relaySlotParked(db.pool, 0)).toBe(false);
+    expect(await renewRelaySlot(db.pool, { slot: 0, holder: holders[0] as string, aliveMs: 60_000 })).toBe(
+      true,
+    );
+    // Its release leaves the closed slot closed.
+    await releaseRelaySlot(db.pool, 2, holders[2] as string);
+    expect(await slot(crypto.randomUUID())).toBeUndefined();
+    // With the running relays gone, closed slots are no relay running.
+    await releaseRelaySlot(db.pool, 0, holders[0] as string);
+    await releaseRelaySlot(db.pool, 1, holders[1] as string);
+    expect(await anyRelaySlotHeld(db.pool)).toBe(false);
+    expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({
+      held: 2,
+      running: 0,
+      lowest: null,
+    });
+    expect(await slot(crypto.randomUUID())).toBe(0);
+    expect(await slot(crypto.randomUUID())).toBe(1);
+    expect(await slot(crypto.randomUUID())).toBeUndefined();
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM outbox_relay_slots WHERE holder = $1',
+      [PARKED_HOLDER],
+    );
+    expect(rows[0].n).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 1_600));
+    expect(await slot(crypto.randomUUID())).toBe(2);
+    expect(await slot(crypto.randomUUID())).toBe(3);
+  });
+
   it('a holder that stops renewing its slot loses it within aliveMs, though its budget runs on', async () => {
     const holder = crypto.randomUUID();
     const slot = await acquireRelaySlot(db.pool, { holder, maxRelays: 1, holdMs: 60_000, aliveMs: 600 });
@@ -344,9 +387,9 @@ describe('scale out', () => {
     expect(await most()).toBe(2);
     const verdict = log.lines.find((l) => String(l.message).startsWith('more relays did not raise the rate'));
     expect(verdict?.extra).toMatchObject({ running_before: 1, running: 2, closed_slots: [1, 2, 3] });
-    expect(log.lines.some((l) => l.message === 'this relay no longer holds its slot; it stops claiming')).toBe(
-      false,
-    );
+    expect(
+      log.lines.some((l) => l.message === 'this relay no longer holds its slot; it stops claiming'),
+    ).toBe(false);
     expect(first.published + (others[0]?.published ?? 0)).toBe(events);
     expect(await messagesIn(queue.url)).toBe(events);
     // Closed, not running: a producer's wake still finds no relay running.
