@@ -36,6 +36,8 @@ const SCALE_CHECK_MS = 5_000;
  * and again once they run (PROBE_SETTLE_MS after the last took its slot).
  */
 const PROBE_WINDOW_MS = 2_000;
+/** ...and over this many batches at least (a slow relay's window is longer). */
+const PROBE_MIN_BATCHES = 8;
 const PROBE_SETTLE_MS = 500;
 /** How often the scaling relay looks whether the relays it started took their slots. */
 const PROBE_CHECK_MS = 250;
@@ -811,9 +813,12 @@ export class Relay {
       )
         return true;
       if (await relaySlotParked(this.deps.db, held.slot, this.options.schema).catch(() => false)) {
-        this.logger.info('more relays did not raise the rate: this relay’s slot is closed; it stops claiming', {
-          slot: held.slot,
-        });
+        this.logger.info(
+          'more relays did not raise the rate: this relay’s slot is closed; it stops claiming',
+          {
+            slot: held.slot,
+          },
+        );
         this.slotClosed = true;
       }
       return false;
@@ -950,11 +955,39 @@ export class Relay {
     const now = performance.now();
     this.publishedInRun += report.published;
     this.progress.push([now, this.publishedInRun]);
+    // The last PROBE_WINDOW_MS * 4, and PROBE_MIN_BATCHES * 4 batches at least.
     const keepFrom = now - PROBE_WINDOW_MS * 4;
     let drop = 0;
-    while (drop < this.progress.length - 1 && (this.progress[drop] as [number, number])[0] < keepFrom) drop++;
+    while (
+      this.progress.length - drop > PROBE_MIN_BATCHES * 4 &&
+      (this.progress[drop] as [number, number])[0] < keepFrom
+    )
+      drop++;
     if (drop > 0) this.progress.splice(0, drop);
     if (report.claimed < this.options.batchSize) this.lastShortClaimAt = now;
+  }
+
+  /**
+   * The start of the last PROBE_WINDOW_MS that held PROBE_MIN_BATCHES
+   * batches (longer when batches are slow), all of them full; undefined when
+   * the run has not had such a window yet.
+   */
+  private fullWindowStart(now: number): number | undefined {
+    const n = this.progress.length;
+    if (n < PROBE_MIN_BATCHES + 1) return undefined;
+    const byCount = (this.progress[n - 1 - PROBE_MIN_BATCHES] as [number, number])[0];
+    const start = Math.min(now - PROBE_WINDOW_MS, byCount);
+    const first = (this.progress[0] as [number, number])[0];
+    if (start < first || this.lastShortClaimAt >= start) return undefined;
+    return start;
+  }
+
+  /** Batches this run finished after `from`. */
+  private batchesSince(from: number): number {
+    let n = 0;
+    for (let i = this.progress.length - 1; i >= 0 && (this.progress[i] as [number, number])[0] > from; i--)
+      n++;
+    return n;
   }
 
   /** Events per second this run published since `from` (counted from the last batch at or before it). */
@@ -973,7 +1006,7 @@ export class Relay {
   /**
    * Measured scale out, checked while claims come back full. The relay in
    * the lowest slot held measures its own rate over PROBE_WINDOW_MS of full
-   * claims; with a backlog (ready events up to `scaleOutBacklog`, or the
+   * claims (and PROBE_MIN_BATCHES batches at least); with a backlog (ready events up to `scaleOutBacklog`, or the
    * oldest of them `scaleOutAgeMs` old) it starts as many relays as run
    * (doubling them; no more than the free slots), and measures again once
    * they run. When the fleet's rate (this relay's times the relays running)
@@ -997,8 +1030,9 @@ export class Relay {
         await this.judgeProbe(maxRelays, held, now);
         return;
       }
-      if (now - this.lastShortClaimAt < PROBE_WINDOW_MS) {
-        this.nextScaleCheckAt = this.lastShortClaimAt + PROBE_WINDOW_MS;
+      const windowStart = this.fullWindowStart(now);
+      if (windowStart === undefined) {
+        this.nextScaleCheckAt = Math.max(now + PROBE_CHECK_MS, this.lastShortClaimAt + PROBE_WINDOW_MS);
         return;
       }
       const state = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
@@ -1007,7 +1041,7 @@ export class Relay {
       if (free <= 0) return;
       const backlog = await this.backlog();
       if (!backlog.calls) return;
-      const rateBefore = this.rateSince(performance.now() - PROBE_WINDOW_MS);
+      const rateBefore = this.rateSince(windowStart);
       const add = Math.min(free, Math.max(1, state.running));
       await start(add);
       this.relaysStarted += add;
@@ -1030,7 +1064,11 @@ export class Relay {
     }
   }
 
-  private async judgeProbe(maxRelays: number, held: { slot: number; holder: string }, now: number): Promise<void> {
+  private async judgeProbe(
+    maxRelays: number,
+    held: { slot: number; holder: string },
+    now: number,
+  ): Promise<void> {
     const probe = this.probe;
     if (!probe) return;
     if (probe.measureFrom === undefined) {
@@ -1050,8 +1088,8 @@ export class Relay {
       return;
     }
     const from = probe.measureFrom;
-    if (now < from + PROBE_WINDOW_MS) {
-      this.nextScaleCheckAt = from + PROBE_WINDOW_MS;
+    if (now < from + PROBE_WINDOW_MS || this.batchesSince(from) < PROBE_MIN_BATCHES) {
+      this.nextScaleCheckAt = Math.max(from + PROBE_WINDOW_MS, now + PROBE_CHECK_MS);
       return;
     }
     this.probe = undefined;
@@ -1242,11 +1280,7 @@ export class Relay {
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
         if (held !== undefined && maxRelays !== undefined && maxRelays > 1) {
           this.noteProgress(report);
-          if (
-            report.claimed >= this.options.batchSize &&
-            !stop &&
-            performance.now() >= this.nextScaleCheckAt
-          )
+          if (report.claimed >= this.options.batchSize && !stop && performance.now() >= this.nextScaleCheckAt)
             await this.scaleCheck(maxRelays, held);
         }
         if (report.claimed >= this.options.batchSize) lastFullAt = performance.now();

@@ -182,7 +182,11 @@ export async function parkRelaySlots(
 }
 
 /** Whether `slot` is closed (parkRelaySlots) now. */
-export async function relaySlotParked(db: Queryable, slot: number, schema?: string | undefined): Promise<boolean> {
+export async function relaySlotParked(
+  db: Queryable,
+  slot: number,
+  schema?: string | undefined,
+): Promise<boolean> {
   const { rows } = await db.query(sql(schema).PARKED, [slot]);
   return rows[0].parked === true;
 }
