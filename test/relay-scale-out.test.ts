@@ -77,7 +77,23 @@ describe('relay slots', () => {
     const holders = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
     for (const [i, h] of holders.entries()) expect(await slot(h)).toBe(i);
     // The relay in slot 1 keeps itself and one more (the lowest other: slot 0).
-    const closed = await parkRelaySlots(db.pool, { slot: 1, keep: 2, maxRelays: 4, parkMs: 1_500 });
+    // Only the holder of the slot closes slots.
+    expect(
+      await parkRelaySlots(db.pool, {
+        slot: 1,
+        holder: crypto.randomUUID(),
+        keep: 1,
+        maxRelays: 4,
+        parkMs: 1_500,
+      }),
+    ).toEqual([]);
+    const closed = await parkRelaySlots(db.pool, {
+      slot: 1,
+      holder: holders[1] as string,
+      keep: 2,
+      maxRelays: 4,
+      parkMs: 1_500,
+    });
     expect(closed).toEqual([2, 3]);
     expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 4, running: 2, lowest: 0 });
     // Slot 2's holder finds so at its next renewal.
@@ -396,6 +412,29 @@ describe('scale out', () => {
     expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 3, running: 0 });
     expect(await anyRelaySlotHeld(db.pool)).toBe(false);
   }, 120_000);
+
+  it('a relay that publishes nothing (its target is missing) starts no relays for the backlog', async () => {
+    await insertEvents(db.pool, 20_000);
+    const { relay, runs, log } = relayWith(
+      [
+        {
+          match: '*',
+          targets: [{ type: 'sqs', queueUrl: `${ministack.endpoint}/000000000000/no-such-queue` }],
+        },
+      ],
+      { maxRelays: 4, workers: 2, batchSize: 10, scaleOutBacklog: 50 },
+      0,
+      sqs,
+    );
+    const summary = await relay.run({ remainingMs: budget(8_000), skipStats: true, leaveIfEmpty: true });
+    await Promise.all(runs);
+    expect(summary.published).toBe(0);
+    // Full claims all along: a backlog, which more relays would not publish either.
+    expect(summary.claimed).toBeGreaterThan(1_000);
+    expect(summary.relaysStarted).toBe(0);
+    expect(runs).toHaveLength(0);
+    expect(log.lines.some((l) => l.message === 'backlog: started more relays')).toBe(false);
+  }, 60_000);
 
   it('no backlog, no scale-out', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('scale-out-small'));

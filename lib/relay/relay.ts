@@ -1042,6 +1042,8 @@ export class Relay {
       const backlog = await this.backlog();
       if (!backlog.calls) return;
       const rateBefore = this.rateSince(windowStart);
+      // Publishing nothing (every target out): more relays would publish nothing either.
+      if (!(rateBefore > 0)) return;
       const add = Math.min(free, Math.max(1, state.running));
       await start(add);
       this.relaysStarted += add;
@@ -1057,7 +1059,9 @@ export class Relay {
         events_per_second: Math.round(rateBefore),
       });
     } catch (error) {
+      // Some may have started: not measured, so no more for a while.
       this.probe = undefined;
+      this.nextScaleCheckAt = performance.now() + PROBE_JOIN_MS;
       this.logger.warn('could not start more relays for the backlog', { error: String(error) });
     } finally {
       this.scaling = false;
@@ -1071,13 +1075,21 @@ export class Relay {
   ): Promise<void> {
     const probe = this.probe;
     if (!probe) return;
+    const state = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+    const { running } = state;
+    if (state.lowest !== held.slot) {
+      // A relay started took a lower slot: it scales from now on, and measures for itself.
+      this.probe = undefined;
+      this.logger.info('a relay in a lower slot scales now; not measured', { slot: held.slot });
+      return;
+    }
     if (probe.measureFrom === undefined) {
-      const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
       if (running >= probe.running + probe.added) {
         probe.measureFrom = now + PROBE_SETTLE_MS;
         this.nextScaleCheckAt = probe.measureFrom + PROBE_WINDOW_MS;
       } else if (now - probe.startedAt > PROBE_JOIN_MS) {
         this.probe = undefined;
+        this.nextScaleCheckAt = now + PROBE_JOIN_MS;
         this.logger.warn('relays started for the backlog did not take their slots; not measured', {
           started: probe.added,
           running,
@@ -1100,7 +1112,6 @@ export class Relay {
       return;
     }
     const rateAfter = this.rateSince(from);
-    const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
     const fleetBefore = probe.rateBefore * probe.running;
     const fleetAfter = rateAfter * running;
     const fields = {
@@ -1110,14 +1121,14 @@ export class Relay {
       events_per_second: Math.round(fleetAfter),
       max_relays: maxRelays,
     };
-    if (fleetAfter >= probe.rateBefore * (probe.running + probe.added / 2)) {
+    if (fleetAfter > fleetBefore && fleetAfter >= probe.rateBefore * (probe.running + probe.added / 2)) {
       // Measured: the next check may double them again.
       this.nextScaleCheckAt = now;
       this.logger.info('more relays raised the rate', fields);
       return;
     }
     const closed = await parkRelaySlots(this.deps.db, {
-      slot: held.slot,
+      ...held,
       keep: probe.running,
       maxRelays,
       parkMs: this.options.scaleOutParkMs,

@@ -56,7 +56,8 @@ const sql = perSchema((t) => ({
     SELECT n, '${PARKED_HOLDER}'::uuid, now() + $4::float8 * interval '1 millisecond',
            now() + $4::float8 * interval '1 millisecond'
     FROM generate_series(0, $2::int - 1) n
-    WHERE n NOT IN (SELECT slot FROM kept)
+    WHERE n <> $1 AND n NOT IN (SELECT slot FROM kept)
+      AND EXISTS (SELECT 1 FROM ${t.relaySlots} me WHERE me.slot = $1 AND me.holder = $5::uuid AND ${running('me')})
     ON CONFLICT (slot) DO UPDATE
       SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until, alive_until = EXCLUDED.alive_until
     RETURNING slot`,
@@ -163,20 +164,28 @@ export async function relaySlotState(
 
 /**
  * Closes every slot of `0 .. maxRelays - 1` for `parkMs` but those of `keep`
- * running relays: the holder of `slot` and the lowest other slots. A relay
- * whose slot is closed finds so at its next renewal and stops claiming; a
- * closed slot counts as held for whoever takes a slot or starts relays.
- * Returns the slots closed.
+ * running relays: `slot`, which `holder` must hold (else nothing is closed),
+ * and the lowest other slots. A relay whose slot is closed finds so at its
+ * next renewal and stops claiming; a closed slot counts as held for whoever
+ * takes a slot or starts relays. Returns the slots closed.
  */
 export async function parkRelaySlots(
   db: Queryable,
-  options: { slot: number; keep: number; maxRelays: number; parkMs: number; schema?: string | undefined },
+  options: {
+    slot: number;
+    holder: string;
+    keep: number;
+    maxRelays: number;
+    parkMs: number;
+    schema?: string | undefined;
+  },
 ): Promise<number[]> {
   const { rows } = await db.query(sql(options.schema).PARK, [
     options.slot,
     options.maxRelays,
     Math.max(1, options.keep),
     options.parkMs,
+    options.holder,
   ]);
   return rows.map((r) => r.slot as number).sort((a, b) => a - b);
 }
