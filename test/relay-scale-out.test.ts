@@ -262,6 +262,7 @@ function relayWith(
   options: ConstructorParameters<typeof Relay>[0]['options'],
   extra = 0,
   sqs: SQSClient = aws.sqs,
+  runMs = 60_000,
 ) {
   const runs: Promise<RelaySummary>[] = [];
   const log = captureLogger();
@@ -279,7 +280,7 @@ function relayWith(
       logger: log.logger,
       startRelays: async (count) => {
         for (let i = 0; i < count + extra; i++) {
-          runs.push(make().run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true }));
+          runs.push(make().run({ remainingMs: budget(runMs), skipStats: true, leaveIfEmpty: true }));
         }
       },
     });
@@ -414,7 +415,7 @@ describe('scale out', () => {
   }, 120_000);
 
   it('a relay that publishes nothing (its target is missing) starts no relays for the backlog', async () => {
-    await insertEvents(db.pool, 20_000);
+    await insertEvents(db.pool, 10_000);
     const { relay, runs, log } = relayWith(
       [
         {
@@ -425,15 +426,20 @@ describe('scale out', () => {
       { maxRelays: 4, workers: 2, batchSize: 10, scaleOutBacklog: 50 },
       0,
       sqs,
+      2_000,
     );
     const summary = await relay.run({ remainingMs: budget(8_000), skipStats: true, leaveIfEmpty: true });
     await Promise.all(runs);
     expect(summary.published).toBe(0);
     // Full claims all along: a backlog, which more relays would not publish either.
     expect(summary.claimed).toBeGreaterThan(1_000);
-    expect(summary.relaysStarted).toBe(0);
-    expect(runs).toHaveLength(0);
-    expect(log.lines.some((l) => l.message === 'backlog: started more relays')).toBe(false);
+    // None while it drained (out of time, it may start a successor for what is left).
+    expect(
+      log.lines.some(
+        (l) => l.message === 'backlog: started more relays' && l.extra.why === 'a backlog while draining',
+      ),
+    ).toBe(false);
+    expect(summary.relaysStarted).toBeLessThanOrEqual(1);
   }, 60_000);
 
   it('no backlog, no scale-out', async () => {
