@@ -130,7 +130,11 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     const built = await relay;
     const summary = await built.relay.run({
       remainingMs: () => context.getRemainingTimeInMillis(),
-      leaveIfEmpty: !isWakeEvent(event),
+      // Only the schedule's tick leaves at its first empty claim. A relay
+      // started for a backlog keeps its tail too: in ordered mode its first
+      // claim can come back empty while another relay's claim holds the
+      // same aggregates' heads for a moment.
+      leaveIfEmpty: !isWakeEvent(event) && !isScaleOutEvent(event),
       // A producer's wake or a tick while a relay runs: that relay takes the
       // events (and looks for any left behind as it leaves).
       deferToRunning: !isScaleOutEvent(event),

@@ -132,24 +132,27 @@ describe('relay slots', () => {
 
   it('a holder that stops renewing its slot loses it within aliveMs, though its budget runs on', async () => {
     const holder = crypto.randomUUID();
-    const slot = await acquireRelaySlot(db.pool, { holder, maxRelays: 1, holdMs: 60_000, aliveMs: 600 });
+    // aliveMs well above the renewals' spacing: a query slowed by a loaded
+    // machine does not let the slot lapse between two of them.
+    const aliveMs = 1_500;
+    const slot = await acquireRelaySlot(db.pool, { holder, maxRelays: 1, holdMs: 60_000, aliveMs });
     expect(slot).toBe(0);
     const other = () =>
-      acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 1, holdMs: 60_000, aliveMs: 600 });
-    // Renewed twice, 400 ms apart: held all along.
-    for (let i = 0; i < 2; i++) {
-      await new Promise((r) => setTimeout(r, 400));
-      expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs: 600 })).toBe(true);
+      acquireRelaySlot(db.pool, { holder: crypto.randomUUID(), maxRelays: 1, holdMs: 60_000, aliveMs });
+    // Renewed three times, 600 ms apart (1.8 s in all, past aliveMs): held all along.
+    for (let i = 0; i < 3; i++) {
+      await new Promise((r) => setTimeout(r, 600));
+      expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs })).toBe(true);
       expect(await anyRelaySlotHeld(db.pool)).toBe(true);
       expect(await other()).toBeUndefined();
     }
-    // Then no more renewals (the relay was killed): free 600 ms later.
-    await new Promise((r) => setTimeout(r, 700));
+    // Then no more renewals (the relay was killed): free aliveMs later.
+    await new Promise((r) => setTimeout(r, aliveMs + 100));
     expect(await anyRelaySlotHeld(db.pool)).toBe(false);
     expect(await relaySlotState(db.pool, { maxRelays: 1 })).toMatchObject({ held: 0 });
     expect(await other()).toBe(0);
     // The old holder's renewal now says it lost the slot.
-    expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs: 600 })).toBe(false);
+    expect(await renewRelaySlot(db.pool, { slot: 0, holder, aliveMs })).toBe(false);
   });
 
   it('a slot row without alive_until (a relay from before the liveness column) is held until its budget ends', async () => {
@@ -171,12 +174,12 @@ describe('relay slots', () => {
     const { url } = await createQueue(aws.sqs, uniqueName('slot-alive'));
     const { relay } = relayWith([{ match: '*', targets: [{ type: 'sqs', queueUrl: url }] }], {
       maxRelays: 1,
-      slotAliveMs: 400,
+      slotAliveMs: 1_000,
       idleTailMs: null, // always on: it runs to its budget unless its slot goes
     });
     const running = relay.run({ remainingMs: budget(20_000), skipStats: true });
-    // Held for 1.5 s, more than three times slotAliveMs: renewed.
-    const until = performance.now() + 1_500;
+    // Held for 3.5 s, more than three times slotAliveMs: renewed.
+    const until = performance.now() + 3_500;
     while (performance.now() < until) {
       await new Promise((r) => setTimeout(r, 100));
       expect(await anyRelaySlotHeld(db.pool)).toBe(true);
@@ -280,7 +283,8 @@ function relayWith(
       logger: log.logger,
       startRelays: async (count) => {
         for (let i = 0; i < count + extra; i++) {
-          runs.push(make().run({ remainingMs: budget(runMs), skipStats: true, leaveIfEmpty: true }));
+          // As the handler runs a relay started for a backlog: its tail from the start.
+          runs.push(make().run({ remainingMs: budget(runMs), skipStats: true }));
         }
       },
     });
@@ -337,6 +341,30 @@ describe('scale out', () => {
     proxy.delayMs = 0;
     proxy.oneAtATime = false;
   });
+
+  /** A relay with one worker, maxRelays 2, through the proxy to `queueUrl`, starting relays with `startRelays`. */
+  function oneWorkerRelay(queueUrl: string, startRelays: (count: number) => Promise<void>): Relay {
+    return new Relay({
+      db: db.pool,
+      publisher: createAwsPublisher({
+        routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
+        sqs: proxied,
+        eventBridge: aws.eventBridge,
+        source: 'outbox',
+      }),
+      options: {
+        safetyMarginMs: 0,
+        idleWaitMs: 20,
+        idleTailMs: 300,
+        maxRelays: 2,
+        workers: 1,
+        batchSize: 10,
+        scaleOutBacklog: 50,
+      },
+      logger: captureLogger().logger,
+      startRelays,
+    });
+  }
 
   /** Messages in the queue (none received yet): each event once. */
   async function messagesIn(url: string): Promise<number> {
@@ -440,6 +468,45 @@ describe('scale out', () => {
       ),
     ).toBe(false);
     expect(summary.relaysStarted).toBeLessThanOrEqual(1);
+  }, 60_000);
+
+  it('the relay goes on claiming while it starts relays (a slow Invoke stalls no claim)', async () => {
+    // One worker, 20 ms a call: about 500 events a second, for 6 s.
+    proxy.delayMs = 20;
+    const queue = await createQueue(sqs, uniqueName('scale-out-slow-start'));
+    const events = 3_000;
+    await insertEvents(db.pool, events);
+    const processed = async () =>
+      (await db.pool.query('SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NOT NULL'))
+        .rows[0].n as number;
+    const during: number[] = [];
+    // An Invoke that takes 2 s, starting nothing.
+    const relay = oneWorkerRelay(queue.url, async () => {
+      const before = await processed();
+      await new Promise((r) => setTimeout(r, 2_000));
+      during.push((await processed()) - before);
+    });
+    const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    expect(summary.relaysStarted).toBe(1);
+    expect(during).toHaveLength(1);
+    // Its one worker published while the start was under way.
+    expect(during[0]).toBeGreaterThan(100);
+    expect(summary.published).toBe(events);
+    expect(await messagesIn(queue.url)).toBe(events);
+  }, 60_000);
+
+  it('an Invoke that never answers does not keep the run past its time budget', async () => {
+    proxy.delayMs = 20;
+    const queue = await createQueue(sqs, uniqueName('scale-out-hung-start'));
+    const events = 1_500;
+    await insertEvents(db.pool, events);
+    const relay = oneWorkerRelay(queue.url, () => new Promise<void>(() => {}));
+    const started = performance.now();
+    const summary = await relay.run({ remainingMs: budget(12_000), skipStats: true, leaveIfEmpty: true });
+    // Drained (about 3 s), then waited for the start only until its budget ran out.
+    expect(performance.now() - started).toBeLessThan(16_000);
+    expect(summary.published).toBe(events);
+    expect(await messagesIn(queue.url)).toBe(events);
   }, 60_000);
 
   it('no backlog, no scale-out', async () => {
@@ -568,20 +635,33 @@ describe('scale in', () => {
     expect(await relaySlotState(db.pool, { maxRelays: 3 })).toMatchObject({ held: 0 });
   }, 60_000);
 
-  it('while claims come back full, no relay leaves', async () => {
+  it('while claims come back full, no relay leaves; when the backlog runs out, all but one leave without their tails', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('scale-in-backlog'));
     const events = 1_200;
     await insertEvents(db.pool, events);
     // Each publish 200 ms late: at most 3 relays × 10 events per 200 ms, so the drain lasts over 6 s.
-    const relays = [0, 1, 2].map(() => slotRelay(queue.url, { batchSize: 10, idleTailMs: 300 }, 200));
+    // A 5 s tail: a relay's last batch may still be publishing for a second
+    // or more on a loaded machine when the kept relay's tail begins.
+    const relays = [0, 1, 2].map(() => slotRelay(queue.url, { batchSize: 10, idleTailMs: 5_000 }, 200));
     const started = performance.now();
+    const ended: number[] = [];
     const summaries = await Promise.all(
-      relays.map((relay, i) => relay.run({ remainingMs: budget(60_000 + i * 1_000), skipStats: true })),
+      relays.map((relay, i) =>
+        relay.run({ remainingMs: budget(60_000 + i * 1_000), skipStats: true }).then((summary) => {
+          ended[i] = performance.now() - started;
+          return summary;
+        }),
+      ),
     );
-    expect(performance.now() - started).toBeGreaterThan(6_000);
-    expect(summaries.map((s) => s.stoppedBecause)).toEqual(['idle', 'idle', 'idle']);
+    expect(Math.min(...ended)).toBeGreaterThan(6_000);
+    // Each drained its share: nobody left while claims came back full.
     expect(summaries.every((s) => s.published > events / 6)).toBe(true);
     expect(summaries.reduce((n, s) => n + s.published, 0)).toBe(events);
+    // The backlog ran out: the two whose slots end sooner left at their first
+    // empty claim; the third, kept for what follows, spent its 5 s tail. (With
+    // a tail each, they end within a batch or two of one another.)
+    expect(summaries.map((s) => s.stoppedBecause)).toEqual(['surplus', 'surplus', 'idle']);
+    expect((ended[2] as number) - Math.max(ended[0] as number, ended[1] as number)).toBeGreaterThan(2_000);
   }, 90_000);
 
   it('a woken run or a tick defers to a relay that runs; without an idle tail (always on) it does not', async () => {
@@ -596,8 +676,9 @@ describe('scale in', () => {
       deferToRunning: true,
     });
     expect(deferred).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });
+    // A budget a slow publish on a loaded machine still fits in.
     const alwaysOn = await slotRelay(queue.url, { idleTailMs: null }).run({
-      remainingMs: budget(1_500),
+      remainingMs: budget(5_000),
       skipStats: true,
       deferToRunning: true,
     });

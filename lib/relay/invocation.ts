@@ -7,8 +7,9 @@ export const SCALE_OUT_SOURCE = 'pg-lambda-outbox.scale-out';
 /**
  * Whether a relay invocation was started by a producer's wake
  * (`createRelayWaker`). A woken run keeps its idle tail from the start, for
- * the events that follow the one it was woken for; any other run (the
- * schedule's safety net) returns at once when its first claim finds nothing
+ * the events that follow the one it was woken for, as does a run started
+ * for a backlog (`isScaleOutEvent`); the schedule's tick (the safety net)
+ * returns at once when its first claim finds nothing
  * (`RunOptions.leaveIfEmpty`).
  */
 export function isWakeEvent(event: unknown): boolean {

@@ -50,6 +50,12 @@ const RENEW_MAX_MS = 1_000;
  * another relay holds its slot for longer, leaves the trickle to that one.
  */
 const SCALE_IN_MS = 5_000;
+/**
+ * ...and a relay whose claim found nothing, after it had found work, asks
+ * at most this often: when a backlog runs out, the relays that drained it
+ * beside the one kept leave at once instead of each spending its idle tail.
+ */
+const SCALE_IN_EMPTY_CHECK_MS = 1_000;
 /** The least time left for a leaving run to take events that came as it left, instead of a successor. */
 const MIN_RUN_MS = 5_000;
 /** Longest wait for a relay slot that is about to free up. */
@@ -103,9 +109,10 @@ export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
   /**
    * `busy`: with `maxRelays`, every relay slot was held; the run claimed
    * nothing. `surplus`: with `maxRelays` and an idle tail, another relay
-   * (holding its slot for longer) was draining too, and for `SCALE_IN_MS`
-   * (5 s) no claim had come back full and no backlog was waiting: the run
-   * left the work to it (scale in).
+   * (holding its slot for longer) was draining too, no backlog was waiting,
+   * and either no claim had come back full for `SCALE_IN_MS` (5 s) or, after
+   * the run had found work, a claim found nothing: the run left the work to
+   * it (scale in).
    */
   stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy' | 'surplus';
   /** Outbox state when the run ended. */
@@ -1200,6 +1207,8 @@ export class Relay {
     let lastFullAt = performance.now();
     let lastSurplusCheckAt = Number.NEGATIVE_INFINITY;
     let checkingSurplus = false;
+    // The scale check under way (measured scale out), if any.
+    let scaling: Promise<void> | undefined;
 
     // leaveIfEmpty: one worker makes the first claim; the others start after it.
     let firstClaim: (() => void) | undefined;
@@ -1291,16 +1300,29 @@ export class Relay {
         if (report.claimed > 0 || report.deadLettered > 0) lastWorkAt = performance.now();
         if (held !== undefined && maxRelays !== undefined && maxRelays > 1) {
           this.noteProgress(report);
-          if (report.claimed >= this.options.batchSize && !stop && performance.now() >= this.nextScaleCheckAt)
-            await this.scaleCheck(maxRelays, held);
+          // Not awaited: the workers go on claiming while it starts relays
+          // (an Invoke that takes seconds stalls no claim). It never rejects.
+          if (
+            report.claimed >= this.options.batchSize &&
+            !stop &&
+            !this.scaling &&
+            performance.now() >= this.nextScaleCheckAt
+          )
+            scaling = this.scaleCheck(maxRelays, held);
         }
         if (report.claimed >= this.options.batchSize) lastFullAt = performance.now();
+        const now = performance.now();
+        // A claim that found nothing after this run had found work: the
+        // backlog (or the burst) ran out, and one relay is enough for what
+        // follows. Not before the run found work: a relay started for a
+        // backlog may meet the others' claims at its first (ordered mode).
+        const emptyAfterWork = report.claimed === 0 && report.deadLettered === 0 && total.batches > 0;
         if (
           scalesIn &&
           !checkingSurplus &&
           !stop &&
-          performance.now() - lastFullAt >= SCALE_IN_MS &&
-          performance.now() - lastSurplusCheckAt >= SCALE_CHECK_MS
+          ((now - lastFullAt >= SCALE_IN_MS && now - lastSurplusCheckAt >= SCALE_CHECK_MS) ||
+            (emptyAfterWork && now - lastSurplusCheckAt >= SCALE_IN_EMPTY_CHECK_MS))
         ) {
           checkingSurplus = true;
           lastSurplusCheckAt = performance.now();
@@ -1358,6 +1380,18 @@ export class Relay {
     const results = await Promise.allSettled(
       Array.from({ length: this.options.workers }, (_, worker) => loop(worker)),
     );
+    // A scale check under way ends before the run (what it started is
+    // counted), unless its Invoke outlasts the time left: the run ends in time.
+    if (scaling) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        scaling,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, Math.max(0, run.remainingMs() - reserveMs));
+        }),
+      ]);
+      clearTimeout(timer);
+    }
     if (heartbeat) clearInterval(heartbeat);
     this.logWaiting(true);
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');

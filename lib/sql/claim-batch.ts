@@ -449,6 +449,18 @@ interface Row {
   suspect: boolean;
 }
 
+/**
+ * Orders two `seq` values as pg returns them (bigint as a decimal string):
+ * an identity column's values are positive and have no leading zeros, so
+ * the shorter string is the smaller number, and strings of one length
+ * compare as numbers do. No BigInt per comparison (a batch of 100 sorts
+ * with about 700 of them).
+ */
+export function compareSeq(a: string, b: string): number {
+  if (a.length !== b.length) return a.length - b.length;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
   const from = !params.ordered && params.fromSeq !== undefined;
@@ -469,7 +481,7 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
   const { rows } = await db.query<Row>(sql, values);
   const result: ClaimResult = { events: [], exhausted: [], suspect: false };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
-  rows.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
+  rows.sort((a, b) => compareSeq(a.seq, b.seq));
   if (rows.length > 0) result.minSeq = rows[0]?.seq;
   for (const row of rows) {
     if (row.exhausted) {
