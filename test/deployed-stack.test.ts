@@ -380,25 +380,37 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
 
   it('an idle relay returns at once from a schedule tick, and within its idle tail when woken', async () => {
     // No ready events, and no relay running (a tick or a wake would leave the outbox to it).
-    await until('no ready events and no relay running', async () => {
-      const { rows } = await db.pool.query(
-        `SELECT (SELECT count(*)::int FROM outbox_events
-                  WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND retry_after IS NULL) AS n,
-                (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}') AS held`,
-      );
-      return rows[0].n === 0 && rows[0].held === 0;
-    });
-    let started = Date.now();
-    const tick = await invokeFunction(stack, 'relay', scheduled);
+    const alone = () =>
+      until('no ready events and no relay running', async () => {
+        const { rows } = await db.pool.query(
+          `SELECT (SELECT count(*)::int FROM outbox_events
+                    WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND retry_after IS NULL) AS n,
+                  (SELECT count(*)::int FROM outbox_relay_slots WHERE held_until > now() AND holder <> '${PARKED_HOLDER}') AS held`,
+        );
+        return rows[0].n === 0 && rows[0].held === 0;
+      });
+    // The stack's own schedule fires every minute: a tick of it that holds a
+    // slot when this invocation starts makes it leave at once (`busy`), as it
+    // should. Then it is tried again, a few times at most.
+    const invokeAlone = async (event: object) => {
+      for (let attempt = 1; ; attempt++) {
+        await alone();
+        const started = Date.now();
+        const { payload } = await invokeFunction(stack, 'relay', event);
+        const ms = Date.now() - started;
+        if ((payload as { stoppedBecause?: string }).stoppedBecause !== 'busy' || attempt === 4)
+          return { payload, ms };
+      }
+    };
+    const tick = await invokeAlone(scheduled);
     expect(tick.payload).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
-    expect(Date.now() - started).toBeLessThan(2_500);
-    started = Date.now();
-    const woken = await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' });
+    expect(tick.ms).toBeLessThan(2_500);
+    const woken = await invokeAlone({ source: 'pg-lambda-outbox.wake' });
     expect(woken.payload).toMatchObject({ stoppedBecause: 'idle' });
     // The reference stack's tail: 3 s.
-    expect(Date.now() - started).toBeGreaterThanOrEqual(3_000);
-    expect(Date.now() - started).toBeLessThan(8_000);
-  }, 120_000);
+    expect(woken.ms).toBeGreaterThanOrEqual(3_000);
+    expect(woken.ms).toBeLessThan(8_000);
+  }, 180_000);
 
   it("a producer's wake after its commit gets the event published within the latency target (p50 300 ms, p99 2 s)", async () => {
     const waker = createRelayWaker({
@@ -485,12 +497,25 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
     expect(most).toBeGreaterThanOrEqual(2);
     expect(most).toBeLessThanOrEqual(4);
     // The relays' own account: one started the others; each held a slot of 0..3.
+    // Until the measure's outcome is logged too: a relay's lines may reach
+    // its log group only after the lines of the relays it started.
     const lines = await until('the relay runs logged', async () => {
       const found = jsonLines(await new LogTail(stack, 'relay', since).poll());
-      return found.some((l) => l.message === 'backlog: started more relays') ? found : undefined;
+      const measured = found.some(
+        (l) =>
+          l.message === 'more relays raised the rate' ||
+          String(l.message).startsWith('more relays did not raise') ||
+          String(l.message).startsWith('the backlog ran short while more relays joined'),
+      );
+      return found.some((l) => l.message === 'backlog: started more relays') && measured ? found : undefined;
     });
-    // Measured: the relays it started raised the rate.
-    expect(lines.some((l) => l.message === 'more relays raised the rate')).toBe(true);
+    // Measured: the relays it started raised the rate. (On failure the
+    // measure's lines, with the rates before and after, are in the message.)
+    const measures = lines.filter((l) => /^(more relays|the backlog ran short)/.test(String(l.message)));
+    expect(
+      measures.map((l) => l.message),
+      JSON.stringify(measures),
+    ).toContain('more relays raised the rate');
     const runs = lines.filter((l) => l.message === 'relay run finished' && typeof l.slot === 'number');
     expect(runs.every((r) => (r.slot as number) >= 0 && (r.slot as number) < 4)).toBe(true);
   }, 300_000);

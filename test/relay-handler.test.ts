@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { WAKE_SOURCE } from '../lib/relay/invocation.js';
+import { SCALE_OUT_SOURCE, WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { TargetProxy } from '../scripts/chaos/target-proxy.js';
 import { awsClients, createQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
@@ -36,16 +36,18 @@ describe('functions/relay handler', () => {
       OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
       OUTBOX_BATCH_SIZE: '10',
       OUTBOX_WORKERS: '1',
-      OUTBOX_SAFETY_MARGIN_MS: '2000',
+      OUTBOX_SAFETY_MARGIN_MS: '4000',
     });
-    const budgetMs = 2600;
+    const budgetMs = 4600;
     const started = Date.now();
     const summary = await relayHandler({}, lambdaContext(budgetMs) as never);
     const elapsed = Date.now() - started;
 
     expect(summary.stoppedBecause).toBe('time');
-    // It stopped at the margin (600 ms of work) plus at most one batch in hand,
-    // well before the invocation would have been killed.
+    // It stopped claiming at the margin (600 ms of work); a batch in hand is
+    // cut at the reserve (2 s before the end), and recording what it held
+    // leaves the last second free: well before the invocation would have
+    // been killed.
     expect(elapsed).toBeLessThan(budgetMs - 1000);
     expect(summary.published).toBeGreaterThan(0);
     expect(summary.published).toBeLessThan(3000);
@@ -94,7 +96,7 @@ describe('functions/relay handler', () => {
     }
   });
 
-  it('elastic (an idle tail): an empty schedule tick returns at once; a wake keeps its tail', async () => {
+  it('elastic (an idle tail): an empty schedule tick returns at once; a wake, or a relay started for a backlog, keeps its tail', async () => {
     const { sqs } = awsClients();
     const queue = await createQueue(sqs, uniqueName('handler-elastic'));
     await db.pool.query('TRUNCATE outbox_events');
@@ -112,6 +114,14 @@ describe('functions/relay handler', () => {
     started = Date.now();
     const woken = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(30_000) as never);
     expect(woken).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_500);
+    expect(Date.now() - started).toBeLessThan(5_000);
+
+    // Started for a backlog: its first claim may find the heads another
+    // relay holds for a moment (ordered mode); it does not leave on that.
+    started = Date.now();
+    const scaledOut = await relayHandler({ source: SCALE_OUT_SOURCE }, lambdaContext(30_000) as never);
+    expect(scaledOut).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_500);
     expect(Date.now() - started).toBeLessThan(5_000);
   });

@@ -153,20 +153,23 @@ describe('relay → SQS and EventBridge', () => {
     const ids = await insertEvents(db.pool, 5);
     // The first relay claims and publishes, then "dies": it never records the outcome.
     const { publisher } = relayFor(routes);
+    const leaseMs = 3_000;
+    const claimedAt = Date.now();
     const claimed = await claimBatch(db.pool, {
       limit: 100,
-      leaseMs: 1000,
+      leaseMs,
       leaseId: randomUUID(),
       maxAttempts: 5,
       ordered: false,
     });
+    // While the lease holds, another relay finds nothing to do. (Asked before
+    // the publish: on a loaded machine the publish may take a second or more.)
+    const { relay } = relayFor(routes, { leaseMs: 1000 });
+    expect(await drain(relay)).toMatchObject({ claimed: 0 });
     const outcomes = await publisher.publish(claimed.events);
     expect(outcomes.every((o) => o.ok)).toBe(true);
 
-    // While the lease holds, another relay finds nothing to do.
-    const { relay } = relayFor(routes, { leaseMs: 1000 });
-    expect(await drain(relay)).toMatchObject({ claimed: 0 });
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, Math.max(0, claimedAt + leaseMs + 100 - Date.now())));
     expect(await drain(relay)).toMatchObject({ claimed: 5, published: 5 });
 
     const rows = await eventRows(db.pool);
