@@ -11,9 +11,10 @@
  *   (`createRelayWaker`), commit → published (`processed_at - created_at`,
  *   the database's clock); and the same with the schedule alone (no wake).
  *
- * - steady load: 1 and 100 orders a second for two minutes each, from four
- *   producers each waking the relay after its commits: the relay's GB-s per
- *   hour, how many relays ran, and commit → published (`steady`);
+ * - steady load: 1, 100 and 1,000 orders a second for two minutes each,
+ *   from four producers each waking the relay after its commits: the
+ *   relay's GB-s per hour, how many relays ran, and commit → published
+ *   (`steady`; the rates from BENCH_ELASTIC_STEADY_RATES);
  * - full load: GB-s per million events, a backlog drained by the relays
  *   scaling out (`loadCost`), the deployed consumer's event source mapping
  *   disabled meanwhile (in AWS it does not run on the relay's CPU);
@@ -21,14 +22,24 @@
  *   1 and then 4, every AWS call of the deployed functions delayed by 50 ms
  *   (MiniStack fronted by the fault proxy: queue URLs and the functions'
  *   endpoint name the proxy), so relays wait on the network as in AWS
- *   rather than on this machine's two cores (`scaleOut`).
+ *   rather than on this machine's two cores (`scaleOut`);
+ * - relay memory (`--parts memory`, not in the default set: it needs Linux
+ *   cgroups, root): MiniStack's function workers each limited to their
+ *   memory's share of a CPU, as in AWS (scripts/local/lambda-cpu-share.ts),
+ *   then the full load at each of `--relay-memory` (512,256 by default),
+ *   and one relay with every AWS call 50 ms late; `--relay-concurrency`
+ *   sets the relay's calls in flight there (4, as deployed).
  *
+ * `--cpu-share` holds every part's functions to their CPU share the same
+ * way (results.json's `cpu_share` says which parts ran so).
  * Writes `elastic` into bench/results.json, leaving the other keys (and the
- * other parts' figures when `--parts` runs only some). About 25 minutes (the
+ * other parts' figures when `--parts` runs only some). About 35 minutes (the
  * emulator's scheduler fires once a minute).
  *
- *   npm run bench:elastic                          # every part
- *   npm run bench:elastic -- --parts scale-out     # idle,wake,steady,load,scale-out
+ *   npm run bench:elastic                          # every part but memory
+ *   npm run bench:elastic -- --parts scale-out     # idle,wake,steady,load,scale-out,memory
+ *   npm run bench:elastic -- --parts memory --relay-memory 512,256
+ *   npm run bench:elastic -- --cpu-share           # every part, as in AWS's CPU shares
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -48,18 +59,38 @@ import { PARKED_HOLDER } from '../lib/sql/relay-slots.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { migrateExample } from '../scripts/local/example-schema.js';
 import { FaultProxy } from '../scripts/local/fault-proxy.js';
+import { MB_PER_VCPU } from '../scripts/local/lambda-cpu-share.js';
 import { node22PathDir } from '../scripts/local/node22.js';
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { type DeployedStack, deployStack, emulatorClientConfig, LogTail } from '../scripts/local/stack.js';
 import { calibrationMs } from './calibrate.js';
 
-const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out'] as const;
+const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out', 'memory'] as const;
 type Part = (typeof PARTS)[number];
-const { values: args } = parseArgs({ options: { parts: { type: 'string', default: PARTS.join(',') } } });
+const { values: args } = parseArgs({
+  options: {
+    // `memory` is not in the default set: it needs cgroups (root).
+    parts: { type: 'string', default: PARTS.filter((p) => p !== 'memory').join(',') },
+    // For `memory`: the relay's memory sizes, in MB.
+    'relay-memory': { type: 'string', default: '512,256' },
+    // Every part's functions held to their CPU share (cgroups, root), as `memory` always is.
+    'cpu-share': { type: 'boolean', default: false },
+    // For `memory`: the relay's AWS calls in flight (stage param relayConcurrency).
+    'relay-concurrency': { type: 'string', default: '4' },
+  },
+});
 const parts = new Set(String(args.parts).split(',')) as Set<Part>;
 for (const part of parts) {
   if (!PARTS.includes(part)) throw new Error(`--parts: unknown part "${part}" (${PARTS.join(', ')})`);
 }
+const RELAY_MEMORY_SIZES = String(args['relay-memory'])
+  .split(',')
+  .map((v) => {
+    const mb = Number(v);
+    if (!Number.isInteger(mb) || mb < 128 || mb > 10_240)
+      throw new Error(`--relay-memory: "${v}" is not a Lambda memory size in MB (128–10240)`);
+    return mb;
+  });
 const IDLE_MINUTES = Number(process.env.BENCH_ELASTIC_IDLE_MINUTES ?? 3);
 const WAKE_EVENTS = Number(process.env.BENCH_ELASTIC_WAKE_EVENTS ?? 12);
 const SCHEDULE_EVENTS = Number(process.env.BENCH_ELASTIC_SCHEDULE_EVENTS ?? 6);
@@ -77,14 +108,34 @@ const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
 const nodeDir = node22PathDir(log);
 
 /** The relay's REPORT lines since the tail started: GB-seconds and invocations. */
-async function billed(
-  tail: LogTail,
-): Promise<{ gbSeconds: number; invocations: number; measured: { raised: number; notRaised: number } }> {
+async function billed(tail: LogTail): Promise<{
+  gbSeconds: number;
+  invocations: number;
+  measured: { raised: number; notRaised: number };
+  billedMs: number[];
+  runs: string[];
+  reports: { endedAt: number; billedMs: number; gb: number }[];
+}> {
   let gbSeconds = 0;
   let invocations = 0;
+  // Each invocation's billed duration, and each run's end (why it stopped:
+  // events published), in log order: where a drain's GB-seconds went.
+  const runs: string[] = [];
   // Measured scale out: what the relay that scaled found, each time it measured.
   const measured = { raised: 0, notRaised: 0 };
-  for (const line of await tail.poll()) {
+  const reports: { endedAt: number; billedMs: number; gb: number }[] = [];
+  for (const { message: line, timestamp } of await tail.pollEvents()) {
+    if (line.includes('"relay run finished"')) {
+      try {
+        const run = JSON.parse(line.slice(line.indexOf('{'))) as {
+          stoppedBecause?: string;
+          published?: number;
+        };
+        runs.push(`${run.stoppedBecause}:${run.published}`);
+      } catch {
+        runs.push('unparsed');
+      }
+    }
     if (line.includes('"more relays raised the rate"')) measured.raised++;
     if (line.includes('"more relays did not raise the rate: the newest leave')) measured.notRaised++;
     // A relay that cannot work (no database, no permission) ends in a moment: not an idle relay.
@@ -94,8 +145,9 @@ async function billed(
     if (!report) continue;
     invocations++;
     gbSeconds += (Number(report[1]) / 1000) * (Number(report[2]) / 1024);
+    reports.push({ endedAt: timestamp, billedMs: Number(report[1]), gb: Number(report[2]) / 1024 });
   }
-  return { gbSeconds, invocations, measured };
+  return { gbSeconds, invocations, measured, billedMs: reports.map((r) => r.billedMs), runs, reports };
 }
 
 /**
@@ -109,7 +161,11 @@ async function openClosedSlots() {
 
 /**
  * Idle for `minutes` after the schedule's first run (a minute after the rule
- * is created): the relay's GB-seconds per hour at that rate.
+ * is created): the relay's GB-seconds per hour at that rate. Each invocation
+ * counts for the part of its billed time inside the window (its REPORT line
+ * is stamped when it ends): an always-on relay runs about 65 s of each
+ * minute, so whole invocations against a window of a few minutes would
+ * count four or five of them by where the window falls.
  */
 async function idleCost(stack: DeployedStack, label: string) {
   log(`${label}: waiting for the schedule's first run, then ${IDLE_MINUTES} idle minutes…`);
@@ -118,10 +174,19 @@ async function idleCost(stack: DeployedStack, label: string) {
   await billed(tail); // what came before the window
   const started = Date.now();
   await sleep(IDLE_MINUTES * 60_000);
+  const ended = Date.now();
   // An invocation's REPORT comes when it ends: wait for the last one.
   await sleep(label === 'always-on' ? 80_000 : 10_000);
-  const { gbSeconds, invocations } = await billed(tail);
-  const minutes = (Date.now() - started) / 60_000;
+  const { reports } = await billed(tail);
+  let gbSeconds = 0;
+  let invocations = 0;
+  for (const report of reports) {
+    const inside = Math.min(report.endedAt, ended) - Math.max(report.endedAt - report.billedMs, started);
+    if (inside <= 0) continue;
+    invocations++;
+    gbSeconds += (inside / 1000) * report.gb;
+  }
+  const minutes = (ended - started) / 60_000;
   const perHour = (gbSeconds / minutes) * 60;
   log(
     `${label}: ${invocations} invocations, ${gbSeconds.toFixed(1)} GB-s in ${minutes.toFixed(1)} min → ${perHour.toFixed(1)} GB-s per hour`,
@@ -189,6 +254,7 @@ async function latency(stack: DeployedStack, count: number, wake: (() => Promise
 const LOAD_EVENTS = Number(process.env.BENCH_ELASTIC_LOAD_EVENTS ?? 100_000);
 const SCALE_OUT_EVENTS = Number(process.env.BENCH_ELASTIC_SCALE_OUT_EVENTS ?? 100_000);
 const SCALE_OUT_DELAY_MS = 50;
+const MEMORY_NETWORK_EVENTS = Number(process.env.BENCH_ELASTIC_MEMORY_NETWORK_EVENTS ?? 20_000);
 
 /** Turns the deployed consumer's SQS event source mapping off or on. */
 async function consumerMapping(stack: DeployedStack, enabled: boolean) {
@@ -270,6 +336,13 @@ async function relaysGone() {
 
 const STEADY_SECONDS = Number(process.env.BENCH_ELASTIC_STEADY_SECONDS ?? 120);
 const STEADY_PRODUCERS = 4;
+const STEADY_RATES = String(process.env.BENCH_ELASTIC_STEADY_RATES ?? '1,100,1000')
+  .split(',')
+  .map(Number);
+if (STEADY_RATES.some((rate) => !(rate > 0)))
+  throw new Error(
+    `BENCH_ELASTIC_STEADY_RATES: orders a second, comma-separated (got "${process.env.BENCH_ELASTIC_STEADY_RATES}")`,
+  );
 
 /**
  * A steady `rate` of orders a second for STEADY_SECONDS, from
@@ -339,6 +412,8 @@ async function steady(stack: DeployedStack, rate: number) {
     rate,
     events: ids.length,
     seconds: Math.round(writtenMs / 1000),
+    // What the producers reached (a slow machine may fall short of `rate`).
+    eventsPerSecond: Math.round((ids.length / writtenMs) * 1_000 * 10) / 10,
     relayGbSecondsPerHour: Math.round((gbSeconds / (writtenMs / 3_600_000)) * 10) / 10,
     relayInvocations: invocations,
     relaysAtOnce: {
@@ -375,7 +450,7 @@ function relayCpu(emulator: StackEmulator, stack: DeployedStack) {
 }
 
 /** Lambda gives a function one vCPU at 1,769 MB, in proportion below: GB-seconds per CPU-second. */
-const GB_S_PER_CPU_S = 1769 / 1024;
+const GB_S_PER_CPU_S = MB_PER_VCPU / 1024;
 
 /**
  * Full load: a backlog of LOAD_EVENTS orders, one wake, the relays (scaling
@@ -403,7 +478,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   const drainedMs = await drainMs(load);
   await relaysGone();
   const cpuSeconds = cpu.stop();
-  const { gbSeconds, invocations, measured } = await billed(tail);
+  const { gbSeconds, invocations, measured, billedMs, runs } = await billed(tail);
   await consumerMapping(stack, true);
   const perMillion = (gbSeconds / LOAD_EVENTS) * 1_000_000;
   log(
@@ -415,6 +490,9 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
     drainSeconds: Math.round(drainedMs / 100) / 10,
     eventsPerSecond: Math.round(LOAD_EVENTS / (drainedMs / 1000)),
     relayInvocations: invocations,
+    // Each invocation's billed ms, and each run's end (stoppedBecause:published).
+    billedMs,
+    runs,
     mostRelaysAtOnce: most,
     // Measured scale out: how often the relay that scaled found that the relays it started raised the rate, and did not.
     scaleOutMeasured: measured,
@@ -446,18 +524,26 @@ async function drainMs(b: Backlog): Promise<number> {
 }
 
 /**
- * One drain of SCALE_OUT_EVENTS through the stack deployed with
+ * One drain of `count` events through the stack deployed with
  * `maxRelays`, every AWS call of the functions delayed by
  * SCALE_OUT_DELAY_MS at the proxy; the consumer's mapping off.
  */
-async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays: number) {
+async function scaleOutDrain(
+  stack: DeployedStack,
+  proxy: FaultProxy,
+  maxRelays: number,
+  count = SCALE_OUT_EVENTS,
+) {
   await consumerMapping(stack, false);
   await relaysGone();
   await openClosedSlots();
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
   await billed(tail);
-  log(`scale out, maxRelays ${maxRelays}: ${SCALE_OUT_EVENTS} orders in one transaction…`);
-  const events = await backlog(SCALE_OUT_EVENTS, `scale-${maxRelays}`);
+  log(`scale out, maxRelays ${maxRelays}: ${count} orders in one transaction…`);
+  // The machine's speed before the drain (the ratio follows it), taken
+  // before the orders, as a schedule tick may start on them.
+  const calibration = calibrationMs();
+  const events = await backlog(count, `scale-${maxRelays}`);
   proxy.delayMs = SCALE_OUT_DELAY_MS;
   const calls = proxy.forwarded;
   try {
@@ -467,17 +553,19 @@ async function scaleOutDrain(stack: DeployedStack, proxy: FaultProxy, maxRelays:
     await relaysGone();
     const { gbSeconds, invocations, measured } = await billed(tail);
     log(
-      `  maxRelays ${maxRelays} (more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×): drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
+      `  maxRelays ${maxRelays} (more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×): drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(count / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
     );
     return {
       maxRelays,
+      events: count,
       drainSeconds: Math.round(drainedMs / 100) / 10,
-      eventsPerSecond: Math.round(SCALE_OUT_EVENTS / (drainedMs / 1000)),
+      eventsPerSecond: Math.round(count / (drainedMs / 1000)),
       relayInvocations: invocations,
       mostRelaysAtOnce: most,
       scaleOutMeasured: measured,
-      gbSecondsPerMillion: Math.round((gbSeconds / SCALE_OUT_EVENTS) * 1_000_000),
+      gbSecondsPerMillion: Math.round((gbSeconds / count) * 1_000_000),
       callsThroughProxy: proxy.forwarded - calls,
+      calibrationMs: calibration,
     };
   } finally {
     proxy.delayMs = 0;
@@ -496,6 +584,63 @@ async function invokeWake(stack: DeployedStack) {
   );
 }
 
+/**
+ * Relay memory with Lambda's CPU share: MiniStack's function workers each
+ * limited to memory / 1,769 of a core (scripts/local/lambda-cpu-share.ts),
+ * as in AWS, then the full load at each memory size with the deployed
+ * default maxRelays. Bound by the emulator, a relay bills memory × the
+ * emulator's pace; bound by its own CPU share, about the same at any size.
+ */
+async function memorySizes(sizes: number[]) {
+  const emulator = await startStackEmulator({ auth: true, nodeDir, log, cpuShare: true });
+  emulators.push(emulator);
+  const results = [];
+  for (const memory of sizes) {
+    log(
+      `deploying the stack, relay ${memory} MB with its CPU share (${(memory / MB_PER_VCPU).toFixed(2)} of a core)…`,
+    );
+    const stack = await deploy(emulator, {
+      relayMode: 'elastic',
+      relayMemorySize: String(memory),
+      relayConcurrency: String(args['relay-concurrency']),
+    });
+    const load = await loadCost(emulator, stack);
+    results.push({
+      memoryMb: memory,
+      cpuShare: Math.round((memory / MB_PER_VCPU) * 1000) / 1000,
+      concurrency: Number(args['relay-concurrency']),
+      fullLoad: load,
+    });
+  }
+  await emulator.stop();
+  // Waiting on the network: one relay, every AWS call 50 ms late (MiniStack
+  // behind the fault proxy, as in the scale-out part).
+  proxy = await FaultProxy.start(0);
+  const fronted = await startStackEmulator({
+    auth: true,
+    nodeDir,
+    log,
+    cpuShare: true,
+    frontPort: Number(new URL(proxy.endpoint).port),
+  });
+  emulators.push(fronted);
+  proxy.forwardTo(fronted.endpoint);
+  for (const result of results) {
+    log(`deploying the stack behind the proxy, relay ${result.memoryMb} MB with its CPU share, maxRelays 1…`);
+    const stack = await deploy(fronted, {
+      relayMode: 'elastic',
+      relayMemorySize: String(result.memoryMb),
+      relayConcurrency: String(args['relay-concurrency']),
+      maxRelays: '1',
+    });
+    Object.assign(result, { network50ms: await scaleOutDrain(stack, proxy, 1, MEMORY_NETWORK_EVENTS) });
+  }
+  await fronted.stop();
+  await proxy.stop();
+  proxy = undefined;
+  return results;
+}
+
 /** The stack of stage local (no TLS to the local PostgreSQL); a redeploy updates it. */
 const deploy = (emulator: StackEmulator, params: Record<string, string>) =>
   deployStack({ endpoint: emulator.endpoint, databaseUrl, stage: 'local', params });
@@ -505,7 +650,7 @@ const emulators: StackEmulator[] = [];
 let proxy: FaultProxy | undefined;
 try {
   if (parts.has('idle') || parts.has('wake') || parts.has('steady') || parts.has('load')) {
-    const emulator = await startStackEmulator({ auth: true, nodeDir, log });
+    const emulator = await startStackEmulator({ auth: true, nodeDir, log, cpuShare: args['cpu-share'] });
     emulators.push(emulator);
     log('deploying the stack, relayMode elastic…');
     let stack = await deploy(emulator, { relayMode: 'elastic' });
@@ -529,7 +674,8 @@ try {
       log(`  ${JSON.stringify(figures.schedule_latency_ms)}`);
     }
     if (parts.has('steady')) {
-      figures.steady = [await steady(stack, 1), await steady(stack, 100)];
+      figures.steady = [];
+      for (const rate of STEADY_RATES) (figures.steady as unknown[]).push(await steady(stack, rate));
     }
     if (parts.has('load')) {
       const load = await loadCost(emulator, stack);
@@ -562,6 +708,7 @@ try {
       auth: true,
       nodeDir,
       log,
+      cpuShare: args['cpu-share'],
       frontPort: Number(new URL(proxy.endpoint).port),
     });
     emulators.push(emulator);
@@ -582,11 +729,35 @@ try {
 
   const results = fs.existsSync(RESULTS) ? JSON.parse(fs.readFileSync(RESULTS, 'utf8')) : {};
   const before = results.elastic ?? {};
+  if (parts.has('memory')) {
+    // Merged with earlier runs: an entry per memory size and concurrency, each with its date.
+    const date = new Date().toISOString();
+    const fresh = (await memorySizes(RELAY_MEMORY_SIZES)).map((r) => ({ ...r, date }));
+    const earlier = (before.relay_memory_cpu_share ?? []) as { memoryMb: number; concurrency?: number }[];
+    figures.relay_memory_cpu_share = [
+      ...earlier.filter(
+        (e) => !fresh.some((f) => f.memoryMb === e.memoryMb && f.concurrency === (e.concurrency ?? 4)),
+      ),
+      ...fresh,
+    ];
+  }
+
+  const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, node ${process.version}, MiniStack (local Lambda executor, Node 22)`;
   const elastic = {
     ...before,
-    machine: `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, node ${process.version}, MiniStack (local Lambda executor, Node 22)`,
+    machine,
+    // The machine each part last ran on (a run of some parts keeps the others' figures).
+    machines: {
+      ...(before.machines ?? {}),
+      ...Object.fromEntries([...parts].map((p) => [p, machine])),
+    },
     setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail 3 s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
     ...figures,
+    // Which parts ran with the functions held to their CPU share (as in AWS).
+    cpu_share: {
+      ...(before.cpu_share ?? {}),
+      ...Object.fromEntries([...parts].map((p) => [p, p === 'memory' || args['cpu-share'] === true])),
+    },
     dates: {
       ...(before.dates ?? {}),
       ...Object.fromEntries([...parts].map((p) => [p, new Date().toISOString()])),

@@ -4,8 +4,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
+import { lambdaCpuShare } from './lambda-cpu-share.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/**
+ * MiniStack's own log level. At INFO it logs a line for every request it
+ * serves, about 6% of its single core while a relay drains (py-spy); every
+ * deployed test and benchmark waits on that core. Its warnings and errors
+ * still show. `MINISTACK_LOG_LEVEL=INFO` brings the request lines back.
+ * The deployed functions set POWERTOOLS_LOG_LEVEL, which wins over the
+ * LOG_LEVEL they inherit from MiniStack.
+ */
+const MINISTACK_LOG_LEVEL = process.env.MINISTACK_LOG_LEVEL ?? 'WARNING';
 
 /**
  * The emulators this project can start by itself, each from pinned PyPI
@@ -44,6 +55,7 @@ const EMULATORS: Record<EmulatorName, EmulatorSpec> = {
       SERVICES: 'sqs,events,secretsmanager',
       IOT_MTLS_ENABLED: '0',
       SFTP_ENABLED: '0',
+      LOG_LEVEL: MINISTACK_LOG_LEVEL,
     }),
     health: '/_ministack/health',
   },
@@ -254,6 +266,11 @@ export async function startStackEmulator(
     env?: Record<string, string>;
     nodeDir?: string;
     frontPort?: number;
+    /**
+     * Each function worker runs with its memory's share of a CPU, as in
+     * Lambda (scripts/local/lambda-cpu-share.ts; Linux cgroups, root).
+     */
+    cpuShare?: boolean;
     log?: (line: string) => void;
   } = {},
 ): Promise<StackEmulator> {
@@ -269,6 +286,7 @@ export async function startStackEmulator(
     AUTH: options.auth === false ? 'false' : 'true',
     IOT_MTLS_ENABLED: '0',
     SFTP_ENABLED: '0',
+    LOG_LEVEL: MINISTACK_LOG_LEVEL,
     ...options.env,
   };
   // Values for the host's tools must not leak into the functions.
@@ -276,6 +294,13 @@ export async function startStackEmulator(
     if (!options.env || !(name in options.env)) delete env[name];
   }
   if (options.nodeDir) env.PATH = `${options.nodeDir}${path.delimiter}${env.PATH ?? ''}`;
+  const cpuShare = options.cpuShare
+    ? lambdaCpuShare(
+        options.nodeDir ? fs.realpathSync(path.join(options.nodeDir, 'node')) : process.execPath,
+        path.join(ROOT, '.local'),
+      )
+    : undefined;
+  if (cpuShare) env.PATH = `${cpuShare.dir}${path.delimiter}${env.PATH ?? ''}`;
   const [command, args] =
     options.frontPort === undefined
       ? [bin, []]
@@ -317,6 +342,7 @@ export async function startStackEmulator(
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     if ([pid, ...family].some(alive)) signal('SIGKILL');
+    cpuShare?.removeEmpty();
   };
   try {
     await waitUntilUp(`${endpoint}${spec.health}`, child, 60_000);

@@ -203,7 +203,12 @@ export class LogTail {
   }
 
   async poll(): Promise<string[]> {
-    const fresh: string[] = [];
+    return (await this.pollEvents()).map((event) => event.message);
+  }
+
+  /** As poll, with each line's timestamp (ms since the epoch; in MiniStack, when the invocation ended). */
+  async pollEvents(): Promise<{ message: string; timestamp: number }[]> {
+    const fresh: { message: string; timestamp: number }[] = [];
     let nextToken: string | undefined;
     let newest = this.since;
     try {
@@ -220,7 +225,7 @@ export class LogTail {
           if (this.seen.has(id)) continue;
           this.seen.add(id);
           newest = Math.max(newest, event.timestamp ?? 0);
-          if (event.message) fresh.push(event.message);
+          if (event.message) fresh.push({ message: event.message, timestamp: event.timestamp ?? 0 });
         }
         nextToken = page.nextToken;
       } while (nextToken);
