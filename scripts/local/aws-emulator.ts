@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
+import { withInstallLock } from './install-lock.js';
 import { lambdaCpuShare } from './lambda-cpu-share.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -76,28 +77,34 @@ function requirementsHash(spec: EmulatorSpec): string {
 
 /**
  * Creates the emulator's virtualenv from its pinned requirements unless it is
- * already there with the same requirements. Idempotent; safe to rerun.
+ * already there with the same requirements. Idempotent; safe to rerun, and
+ * to run from several processes at once (one installs, the others wait).
  */
 export function ensureEmulator(name: EmulatorName, log: (line: string) => void = () => {}): string {
   const spec = EMULATORS[name];
   const bin = path.join(spec.venv, 'bin', spec.bin);
   const stamp = path.join(spec.venv, '.requirements.sha256');
   const hash = requirementsHash(spec);
-  if (fs.existsSync(bin) && fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === hash) {
-    return bin;
-  }
-  log(`installing the AWS emulator (${name}) into ${spec.venv}`);
-  const python = process.env.PYTHON ?? 'python3';
-  if (!fs.existsSync(path.join(spec.venv, 'bin', 'python'))) {
-    execFileSync(python, ['-m', 'venv', spec.venv], { stdio: 'inherit' });
-  }
-  execFileSync(
-    path.join(spec.venv, 'bin', 'pip'),
-    ['install', '--disable-pip-version-check', '-q', '-r', spec.requirements],
-    { stdio: 'inherit' },
+  const installed = () =>
+    fs.existsSync(bin) && fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === hash ? bin : undefined;
+  return (
+    installed() ??
+    withInstallLock(spec.venv, installed, () => {
+      log(`installing the AWS emulator (${name}) into ${spec.venv}`);
+      const python = process.env.PYTHON ?? 'python3';
+      if (!fs.existsSync(path.join(spec.venv, 'bin', 'pip'))) {
+        // --clear: a venv cut off half made (python there, pip not) is made again.
+        execFileSync(python, ['-m', 'venv', '--clear', spec.venv], { stdio: 'inherit' });
+      }
+      execFileSync(
+        path.join(spec.venv, 'bin', 'pip'),
+        ['install', '--disable-pip-version-check', '-q', '-r', spec.requirements],
+        { stdio: 'inherit' },
+      );
+      fs.writeFileSync(stamp, hash);
+      return bin;
+    })
   );
-  fs.writeFileSync(stamp, hash);
-  return bin;
 }
 
 async function waitUntilUp(url: string, child: ChildProcess, timeoutMs: number) {

