@@ -63,7 +63,7 @@ describe('withInstallLock', () => {
     const lines = fs.readFileSync(log, 'utf8').trim().split('\n');
     expect(lines).toHaveLength(2);
     expect(lines[0]).toMatch(/^start \d+$/);
-    expect(lines[1]).toBe(lines[0].replace('start', 'end'));
+    expect(lines[1]).toBe(String(lines[0]).replace('start', 'end'));
     expect(fs.existsSync(`${dir}.lock`)).toBe(false);
   }, 60_000);
 
