@@ -22,4 +22,4 @@ export function relayChildBuild(root: string): BuildOptions {
 }
 
 /** The deployed relay's settings (serverless.yml: OUTBOX_BATCH_SIZE, OUTBOX_WORKERS, OUTBOX_CONCURRENCY). */
-export const DEPLOYED_RELAY = { relay: { batchSize: 100, workers: 2, safetyMarginMs: 0 }, concurrency: 4 };
+export const DEPLOYED_RELAY = { relay: { batchSize: 100, workers: 2, safetyMarginMs: 0 }, concurrency: 16 };

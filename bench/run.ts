@@ -39,7 +39,7 @@ const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 20);
 const RELAY = { batchSize: 500, workers: 4, safetyMarginMs: 0 };
 /**
  * The relay as serverless.yml deploys it: OUTBOX_BATCH_SIZE 100, the default
- * 2 workers, OUTBOX_CONCURRENCY 4, memorySize 512, and its environment. The
+ * 2 workers, OUTBOX_CONCURRENCY 16, memorySize 512, and its environment. The
  * Lambda Node.js runtime starts node with heap sizes derived from memorySize
  * on the command line (new space a tenth of it, in two semi-spaces; old
  * space the rest), which win over NODE_OPTIONS; the child gets the same.

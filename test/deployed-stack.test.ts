@@ -38,6 +38,7 @@ import {
   jsonLines,
   LogTail,
   serverless,
+  stageParamDefault,
 } from '../scripts/local/stack.js';
 import { useTestDatabase } from './support/database.js';
 
@@ -460,16 +461,19 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
   }, 240_000);
 
   it('a backlog starts extra relays, up to maxRelays at once and no more, and they drain it', async () => {
-    // Every call to the bus 500 ms on the network, as relays in AWS wait on
+    // Every call to the bus late on the network, as relays in AWS wait on
     // round trips: a relay started then adds its own rate (on this machine's
     // two cores alone, the emulator sets the pace, and the relay that scales
-    // would measure that more relays do not pay, and send them away). At
-    // 200 ms, one relay came near 160 events/s and two reached only 231 on
-    // a loaded CI machine (the emulator's core, not the network, set that
-    // pace): less than the half again the measure asks for. At 500 ms one
-    // relay tops out at 4 calls × 10 events / 0.5 s = 80 events/s, and two
-    // stay well under what the emulator keeps up with.
-    proxy.delayMs = 500;
+    // would measure that more relays do not pay, and send them away). With
+    // 4 calls in flight and 200 ms a call, one relay came near 160 events/s
+    // and two reached only 231 on a loaded CI machine (the emulator's core,
+    // not the network, set that pace): less than the half again the measure
+    // asks for. So each call waits 125 ms per call the relay keeps in
+    // flight: one relay tops out at concurrency × 10 events / (concurrency
+    // × 0.125 s) = 80 events/s, and two stay well under what the emulator
+    // keeps up with.
+    const concurrency = Number(stageParamDefault('relayConcurrency'));
+    proxy.delayMs = 125 * concurrency;
     const count = 10_000;
     // Committed at once, so a relay finds the backlog whole (a relay that a
     // tick started while orders trickled in would have kept up with them).

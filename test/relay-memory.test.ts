@@ -106,7 +106,7 @@ describe('the relay function at its deployed memory', () => {
           POWERTOOLS_METRICS_DISABLED: 'true',
           // serverless.yml's relay settings.
           OUTBOX_BATCH_SIZE: '100',
-          OUTBOX_CONCURRENCY: '4',
+          OUTBOX_CONCURRENCY: '16',
           OUTBOX_SAFETY_MARGIN_MS: '10000',
           OUTBOX_LARGE_PAYLOAD_BUCKET: bucket,
           OUTBOX_ROUTES: JSON.stringify([

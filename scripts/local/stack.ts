@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
 import { CloudWatchLogsClient, FilterLogEventsCommand } from '@aws-sdk/client-cloudwatch-logs';
@@ -12,6 +13,15 @@ import {
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const SERVICE = 'pg-lambda-outbox';
+
+/** A stage param's default in serverless.yml (`params.default`), as written there. */
+export function stageParamDefault(name: string): string {
+  const yml = fs.readFileSync(`${ROOT}/serverless.yml`, 'utf8');
+  const block = /^params:\n {2}default:\n((?: {4}.*\n|\s*\n)+)/m.exec(yml)?.[1] ?? '';
+  const value = new RegExp(`^ {4}${name}: *(?:'([^']*)'|([^'#\\s](?:[^#\\n]*[^#\\s])?))`, 'm').exec(block);
+  if (!value) throw new Error(`serverless.yml has no default for the stage param ${name}`);
+  return (value[1] ?? value[2]) as string;
+}
 
 /** The emulator's test credentials: the deployer's, not a function's. */
 export function emulatorClientConfig(endpoint: string) {
