@@ -27,9 +27,12 @@
  *   cgroups, root): MiniStack's function workers each limited to their
  *   memory's share of a CPU, as in AWS (scripts/local/lambda-cpu-share.ts),
  *   then the full load at each of `--relay-memory` (512,256 by default),
- *   and one relay with every AWS call 50 ms late; `--relay-concurrency`
- *   sets the relay's calls in flight there (4, as deployed).
+ *   and one relay with every AWS call 50 ms late.
  *
+ * `--relay-concurrency` sets the relays' AWS calls in flight (stage param
+ * relayConcurrency; serverless.yml's default when not given) in every part
+ * but scale-out, whose relays keep `--scale-out-concurrency` (4) in flight
+ * (SCALE_OUT_CONCURRENCY says why).
  * `--cpu-share` holds every part's functions to their CPU share the same
  * way (results.json's `cpu_share` says which parts ran so).
  * Writes `elastic` into bench/results.json, leaving the other keys (and the
