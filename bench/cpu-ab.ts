@@ -17,23 +17,14 @@
  * checkout's schema: compare revisions whose relay reads it.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
-import { CreateEventBusCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { build } from 'esbuild';
-import pg from 'pg';
-import { migrate } from '../lib/db/migrate.js';
-import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
-import { ensureNode22 } from '../scripts/local/node22.js';
-import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
-import { insertBacklog } from './backlog.js';
 import { calibrationMs } from './calibrate.js';
-import { DEPLOYED_RELAY, relayChildBuild } from './relay-child.js';
+import { DEPLOYED_RELAY, freshBacklog, relayChildBuild, startRelayBench } from './relay-child.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -83,35 +74,12 @@ log(
 await bundle(ROOT, bundles.head);
 await bundle(baseTree, bundles.base);
 
-const postgres = await startLocalPostgres({ log });
-const url = await ensureDatabase(postgres.adminUrl, 'outbox_bench_cpu_ab');
-await migrate({ databaseUrl: url });
-const pool = new pg.Pool({ connectionString: url, max: 4 });
-const node22 = ensureNode22(log);
-const aws = await startLocalAws({ emulator: 'ministack', log });
-useLocalAwsEnv(aws.endpoint);
+const { pool, node22, aws, childEnv, stop } = await startRelayBench('outbox_bench_cpu_ab', log);
 try {
-  const { QueueUrl } = await new SQSClient({}).send(
-    new CreateQueueCommand({ QueueName: `cpu-ab-${randomUUID().slice(0, 8)}` }),
-  );
-  const busName = `cpu-ab-${randomUUID().slice(0, 8)}`;
-  await new EventBridgeClient({}).send(new CreateEventBusCommand({ Name: busName }));
-
   async function drain(side: 'head' | 'base'): Promise<number> {
-    await pool.query('TRUNCATE outbox_events');
-    await insertBacklog(pool, EVENTS);
-    await pool.query('VACUUM ANALYZE outbox_events');
+    await freshBacklog(pool, EVENTS);
     const { stdout } = await run(node22, [bundles[side]], {
-      env: {
-        ...process.env,
-        DATABASE_URL: url,
-        PUBLISHER: 'both',
-        QUEUE_URL: QueueUrl as string,
-        BUS_NAME: busName,
-        DIRECT_CALLS: '1',
-        RELAY: JSON.stringify(DEPLOYED_RELAY.relay),
-        CONCURRENCY: String(DEPLOYED_RELAY.concurrency),
-      },
+      env: { ...process.env, ...childEnv },
       maxBuffer: 16 * 2 ** 20,
     });
     const r = JSON.parse(stdout.trim().split('\n').pop() as string);
@@ -146,8 +114,5 @@ try {
   results.cpu_ab = result;
   fs.writeFileSync(RESULTS, `${JSON.stringify(results, null, 2)}\n`);
 } finally {
-  await aws.stop();
-  await pool.end();
-  await dropDatabase(postgres.adminUrl, 'outbox_bench_cpu_ab').catch(() => {});
-  await postgres.stop();
+  await stop();
 }

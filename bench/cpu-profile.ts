@@ -10,21 +10,12 @@
  * Options: --events (default 20,000), --top (functions listed, default 40).
  */
 import { execFile } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
-import { CreateEventBusCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { build } from 'esbuild';
-import pg from 'pg';
-import { migrate } from '../lib/db/migrate.js';
-import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js';
-import { ensureNode22 } from '../scripts/local/node22.js';
-import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
-import { insertBacklog } from './backlog.js';
-import { DEPLOYED_RELAY, relayChildBuild } from './relay-child.js';
+import { freshBacklog, relayChildBuild, startRelayBench } from './relay-child.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -70,33 +61,11 @@ interface ProfileNode {
   hitCount?: number;
 }
 
-const postgres = await startLocalPostgres({ log });
-const url = await ensureDatabase(postgres.adminUrl, 'outbox_bench_cpu_profile');
-await migrate({ databaseUrl: url });
-const pool = new pg.Pool({ connectionString: url, max: 4 });
-const node22 = ensureNode22(log);
-const aws = await startLocalAws({ emulator: 'ministack', log });
-useLocalAwsEnv(aws.endpoint);
+const { pool, node22, childEnv, stop } = await startRelayBench('outbox_bench_cpu_profile', log);
 try {
-  const { QueueUrl } = await new SQSClient({}).send(
-    new CreateQueueCommand({ QueueName: `cpu-profile-${randomUUID().slice(0, 8)}` }),
-  );
-  const busName = `cpu-profile-${randomUUID().slice(0, 8)}`;
-  await new EventBridgeClient({}).send(new CreateEventBusCommand({ Name: busName }));
-  await pool.query('TRUNCATE outbox_events');
-  await insertBacklog(pool, EVENTS);
-  await pool.query('VACUUM ANALYZE outbox_events');
+  await freshBacklog(pool, EVENTS);
   const { stdout } = await run(node22, ['--cpu-prof', '--cpu-prof-dir', work, bundle], {
-    env: {
-      ...process.env,
-      DATABASE_URL: url,
-      PUBLISHER: 'both',
-      QUEUE_URL: QueueUrl as string,
-      BUS_NAME: busName,
-      DIRECT_CALLS: '1',
-      RELAY: JSON.stringify(DEPLOYED_RELAY.relay),
-      CONCURRENCY: String(DEPLOYED_RELAY.concurrency),
-    },
+    env: { ...process.env, ...childEnv },
     maxBuffer: 16 * 2 ** 20,
   });
   const r = JSON.parse(stdout.trim().split('\n').pop() as string);
@@ -136,8 +105,5 @@ try {
   for (const [k, n] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, Number(args.top)))
     log(`${pct(n)}  ${k}`);
 } finally {
-  await aws.stop();
-  await pool.end();
-  await dropDatabase(postgres.adminUrl, 'outbox_bench_cpu_profile').catch(() => {});
-  await postgres.stop();
+  await stop();
 }
