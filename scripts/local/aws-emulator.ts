@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
-import { withInstallLock } from './install-lock.js';
+import { pipInstall, withInstallLock } from './install-lock.js';
 import { lambdaCpuShare } from './lambda-cpu-share.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -91,16 +91,7 @@ export function ensureEmulator(name: EmulatorName, log: (line: string) => void =
     installed() ??
     withInstallLock(spec.venv, installed, () => {
       log(`installing the AWS emulator (${name}) into ${spec.venv}`);
-      const python = process.env.PYTHON ?? 'python3';
-      if (!fs.existsSync(path.join(spec.venv, 'bin', 'pip'))) {
-        // --clear: a venv cut off half made (python there, pip not) is made again.
-        execFileSync(python, ['-m', 'venv', '--clear', spec.venv], { stdio: 'inherit' });
-      }
-      execFileSync(
-        path.join(spec.venv, 'bin', 'pip'),
-        ['install', '--disable-pip-version-check', '-q', '-r', spec.requirements],
-        { stdio: 'inherit' },
-      );
+      pipInstall(spec.venv, spec.requirements);
       fs.writeFileSync(stamp, hash);
       return bin;
     })

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -68,4 +69,20 @@ export function withInstallLock<T>(dir: string, isDone: () => T | undefined, ins
   } finally {
     fs.rmSync(lock, { recursive: true, force: true });
   }
+}
+
+/**
+ * `pip install -r requirements` into the virtualenv `venv`, made first when
+ * it has no pip (`--clear`: a venv cut off half made, python there and pip
+ * not, is made again). Call it holding the venv's install lock.
+ */
+export function pipInstall(venv: string, requirements: string): void {
+  if (!fs.existsSync(path.join(venv, 'bin', 'pip'))) {
+    execFileSync(process.env.PYTHON ?? 'python3', ['-m', 'venv', '--clear', venv], { stdio: 'inherit' });
+  }
+  execFileSync(
+    path.join(venv, 'bin', 'pip'),
+    ['install', '--disable-pip-version-check', '-q', '-r', requirements],
+    { stdio: 'inherit' },
+  );
 }

