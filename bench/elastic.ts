@@ -33,6 +33,8 @@
  * relayConcurrency; serverless.yml's default when not given) in every part
  * but scale-out, whose relays keep `--scale-out-concurrency` (4) in flight
  * (SCALE_OUT_CONCURRENCY says why).
+ * `--relay-idle-tail-ms` sets an elastic relay's idle tail (stage param
+ * relayIdleTailMs; serverless.yml's default when not given) in every part.
  * `--cpu-share` holds every part's functions to their CPU share the same
  * way (results.json's `cpu_share` says which parts ran so).
  * Writes `elastic` into bench/results.json, leaving the other keys (and the
@@ -89,6 +91,9 @@ const { values: args } = parseArgs({
     'relay-concurrency': { type: 'string' },
     // The relay's AWS calls in flight in the scale-out part (below, SCALE_OUT_CONCURRENCY).
     'scale-out-concurrency': { type: 'string', default: '4' },
+    // An elastic relay's idle tail in ms (stage param relayIdleTailMs) in
+    // every part; the stage's default (serverless.yml) when not given.
+    'relay-idle-tail-ms': { type: 'string' },
   },
 });
 const parts = new Set(String(args.parts).split(',')) as Set<Part>;
@@ -122,6 +127,13 @@ const RELAY_CONCURRENCY = concurrencyOption('relay-concurrency', args['relay-con
  * ratio would measure the emulator's ceiling, not the relays.
  */
 const SCALE_OUT_CONCURRENCY = concurrencyOption('scale-out-concurrency', args['scale-out-concurrency']);
+const IDLE_TAIL_MS = (() => {
+  const text = args['relay-idle-tail-ms'] ?? stageParamDefault('relayIdleTailMs');
+  const ms = Number(text);
+  if (!Number.isInteger(ms) || ms < 0 || ms > 900_000)
+    throw new Error(`--relay-idle-tail-ms: "${text}" is not an idle tail in ms (0–900000)`);
+  return ms;
+})();
 const IDLE_MINUTES = Number(process.env.BENCH_ELASTIC_IDLE_MINUTES ?? 3);
 const WAKE_EVENTS = Number(process.env.BENCH_ELASTIC_WAKE_EVENTS ?? 12);
 const SCHEDULE_EVENTS = Number(process.env.BENCH_ELASTIC_SCHEDULE_EVENTS ?? 6);
@@ -672,14 +684,15 @@ async function memorySizes(sizes: number[]) {
 
 /**
  * The stack of stage local (no TLS to the local PostgreSQL); a redeploy
- * updates it. `--relay-concurrency`, when given, unless `params` sets it.
+ * updates it. `--relay-concurrency` and `--relay-idle-tail-ms` (or their
+ * defaults), unless `params` sets them.
  */
 const deploy = (emulator: StackEmulator, params: Record<string, string>) =>
   deployStack({
     endpoint: emulator.endpoint,
     databaseUrl,
     stage: 'local',
-    params: { relayConcurrency: String(RELAY_CONCURRENCY), ...params },
+    params: { relayConcurrency: String(RELAY_CONCURRENCY), relayIdleTailMs: String(IDLE_TAIL_MS), ...params },
   });
 
 const figures: Record<string, unknown> = {};
@@ -797,7 +810,7 @@ try {
       ...(before.machines ?? {}),
       ...Object.fromEntries([...parts].map((p) => [p, machine])),
     },
-    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, ${RELAY_CONCURRENCY} AWS calls in flight per relay (scale out: ${SCALE_OUT_CONCURRENCY}), maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail 3 s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
+    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, ${RELAY_CONCURRENCY} AWS calls in flight per relay (scale out: ${SCALE_OUT_CONCURRENCY}), maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail ${IDLE_TAIL_MS / 1000} s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
     ...figures,
     // Which parts ran with the functions held to their CPU share (as in AWS).
     cpu_share: {
