@@ -30,8 +30,8 @@ export interface RelayWakerOptions {
    * Wakes closer together than this invoke nothing: the relay woken by the
    * earlier one is still running, kept alive by the events it found (its
    * idle tail restarts with every claim that finds work). Keep it under the
-   * relay's idle tail (`OUTBOX_IDLE_TAIL_MS`, 3 s in the reference stack)
-   * less a poll (0.5 s). Default 2,000 ms.
+   * relay's idle tail (`OUTBOX_IDLE_TAIL_MS`, 1 s in the reference stack)
+   * less a poll (0.5 s). Default 500 ms.
    */
   keepAliveMs?: number;
   /**
@@ -96,7 +96,7 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
   if (typeof options?.functionName !== 'string' || options.functionName.trim() === '') {
     throw new ConfigError('functionName', "expected the relay function's name or ARN");
   }
-  const keepAliveMs = options.keepAliveMs ?? 2_000;
+  const keepAliveMs = options.keepAliveMs ?? 500;
   const timeoutMs = options.timeoutMs ?? 2_000;
   for (const [name, value] of [
     ['keepAliveMs', keepAliveMs],
