@@ -17,7 +17,9 @@
  *   (`steady`; the rates from BENCH_ELASTIC_STEADY_RATES);
  * - full load: GB-s per million events, a backlog drained by the relays
  *   scaling out (`loadCost`), the deployed consumer's event source mapping
- *   disabled meanwhile (in AWS it does not run on the relay's CPU);
+ *   disabled meanwhile (in AWS it does not run on the relay's CPU), and the
+ *   bus's rule to the consumer queue too (MiniStack delivers each entry
+ *   before it answers PutEvents, AWS after; `--bus-rule-on` keeps it);
  * - scale out: the drain time of a 100,000-event backlog with `maxRelays`
  *   1 and then 4, every AWS call of the deployed functions delayed by 50 ms
  *   (MiniStack fronted by the fault proxy: queue URLs and the functions'
@@ -49,6 +51,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { DisableRuleCommand, EnableRuleCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   InvokeCommand,
   LambdaClient,
@@ -72,6 +75,7 @@ import {
   deployStack,
   emulatorClientConfig,
   LogTail,
+  SERVICE,
   stageParamDefault,
 } from '../scripts/local/stack.js';
 import { calibrationMs } from './calibrate.js';
@@ -94,6 +98,8 @@ const { values: args } = parseArgs({
     // An elastic relay's idle tail in ms (stage param relayIdleTailMs) in
     // every part; the stage's default (serverless.yml) when not given.
     'relay-idle-tail-ms': { type: 'string' },
+    // Full load with the bus's rule to the consumer queue left on (below, busRule).
+    'bus-rule-on': { type: 'boolean', default: false },
   },
 });
 const parts = new Set(String(args.parts).split(',')) as Set<Part>;
@@ -311,6 +317,22 @@ async function consumerMapping(stack: DeployedStack, enabled: boolean) {
   }
 }
 
+/**
+ * Turns the stack's bus rule (order events to the consumer queue) off or on.
+ * MiniStack matches each PutEvents entry against the rules and delivers it
+ * to the targets before it answers; AWS answers once it has taken the
+ * entries and delivers later. So the full load turns the rule off, and the
+ * relays' wait on PutEvents leaves that work out, as the consumer's mapping
+ * is off because the consumer does not run on their CPU in AWS;
+ * `--bus-rule-on` keeps it (measured side by side, 2026-12-05: 15–20% more
+ * GB-s per million with it, docs/deploy.md).
+ */
+async function busRule(stack: DeployedStack, enabled: boolean) {
+  const events = new EventBridgeClient(emulatorClientConfig(stack.endpoint));
+  const rule = { Name: `${SERVICE}-${stack.stage}-order-events`, EventBusName: `${SERVICE}-${stack.stage}` };
+  await events.send(enabled ? new EnableRuleCommand(rule) : new DisableRuleCommand(rule));
+}
+
 /** A backlog committed at once: its events are the rows of seq `first` .. `last`. */
 interface Backlog {
   first: string;
@@ -504,8 +526,11 @@ const GB_S_PER_CPU_S = MB_PER_VCPU / 1024;
  * two cores with them and with MiniStack.
  */
 async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
-  log(`full load: ${LOAD_EVENTS} orders in one transaction, one wake, the consumer's mapping off…`);
+  log(
+    `full load: ${LOAD_EVENTS} orders in one transaction, one wake, the consumer's mapping off${args['bus-rule-on'] ? '' : ', the bus rule off'}…`,
+  );
   await consumerMapping(stack, false);
+  if (!args['bus-rule-on']) await busRule(stack, false);
   await relaysGone();
   await openClosedSlots();
   // Every relay invocation from here on counts (a schedule tick may start on the orders before the wake).
@@ -523,6 +548,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   const cpuSeconds = cpu.stop();
   const { gbSeconds, invocations, measured, billedMs, runs } = await billed(tail);
   await consumerMapping(stack, true);
+  if (!args['bus-rule-on']) await busRule(stack, true);
   const perMillion = (gbSeconds / LOAD_EVENTS) * 1_000_000;
   log(
     `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once; more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
@@ -810,7 +836,7 @@ try {
       ...(before.machines ?? {}),
       ...Object.fromEntries([...parts].map((p) => [p, machine])),
     },
-    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, ${RELAY_CONCURRENCY} AWS calls in flight per relay (scale out: ${SCALE_OUT_CONCURRENCY}), maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail ${IDLE_TAIL_MS / 1000} s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off`,
+    setup: `the deployed stack (serverless.yml) on MiniStack: relay 512 MB, ${RELAY_CONCURRENCY} AWS calls in flight per relay (scale out: ${SCALE_OUT_CONCURRENCY}), maxRelays 4, schedule rate(1 minute); idle ${IDLE_MINUTES} minutes per mode; a schedule tick that finds nothing at its first claim returns at once; wake: one order every 10 s, a woken relay's idle tail ${IDLE_TAIL_MS / 1000} s, the waker given the database (no wake while a relay holds a slot); full load and scale out: the backlog committed in one transaction, one wake, the consumer's event source mapping off${args['bus-rule-on'] ? '' : "; full load: the bus's rule to the consumer queue off (MiniStack delivers each entry before it answers PutEvents, AWS after)"}`,
     ...figures,
     // Which parts ran with the functions held to their CPU share (as in AWS).
     cpu_share: {
