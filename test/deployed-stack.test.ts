@@ -165,7 +165,13 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
       eventType: 'order.created',
       payload: { orderId: marker, customerId: 'c', totalCents: 1, currency: 'SEK' },
     });
+    // Wake a relay for it, as a producer's waker would (the schedule alone
+    // would take up to a minute to start one).
+    await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
     // Five attempts (the local stage's maxAttempts), each refused by the bus.
+    // A woken relay makes the first ones, while each next retry comes due
+    // within its idle tail; it leaves a retry due later to a schedule tick
+    // (backoff up to 1, 2, 4, 8 s): up to two ticks, a minute apart.
     const dead = await until(
       'the event to be dead-lettered',
       async () => {
@@ -175,7 +181,7 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
         );
         return rows[0];
       },
-      120_000,
+      200_000,
     );
     expect(dead.attempts).toBe(5);
     expect(dead.last_error).toMatch(/InjectedFailure/);
@@ -219,7 +225,7 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
     console.log(
       `redriven event published ${Date.now() - redrivenAt} ms after the redrive returned (${real.relay})`,
     );
-  }, 240_000);
+  }, 330_000);
 
   it('the cleanup function runs against the database and reports its counts', async () => {
     const result = await invokeFunction(stack, 'cleanup', {});
