@@ -80,7 +80,7 @@ export interface RelayOptions {
    */
   scaleOutParkMs?: number;
   /**
-   * With `maxRelays`: a run renews its slot every second (every quarter of
+   * With `maxRelays`: a run renews its slot every half second (every quarter of
    * this, if that is shorter); a slot not renewed for this long is free, so a relay killed mid-run (out of
    * memory, a crash of its runtime) stops counting as running within it.
    * Default 20 s.

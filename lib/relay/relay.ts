@@ -35,7 +35,7 @@ const SCALE_CHECK_MS = 5_000;
  * its own rate over this long of full claims before it starts more relays,
  * and again once they run (PROBE_SETTLE_MS after the last took its slot).
  */
-const PROBE_WINDOW_MS = 2_000;
+const PROBE_WINDOW_MS = 1_000;
 /** ...and over this many batches at least (a slow relay's window is longer). */
 const PROBE_MIN_BATCHES = 8;
 const PROBE_SETTLE_MS = 500;
@@ -44,7 +44,7 @@ const PROBE_CHECK_MS = 250;
 /** Relays started that have not taken their slots within this: no measure. */
 const PROBE_JOIN_MS = 10_000;
 /** A slot not renewed in this long is looked at (so a relay finds its slot closed within it). */
-const RENEW_MAX_MS = 1_000;
+const RENEW_MAX_MS = 500;
 /**
  * Scale in: a relay whose claims have not come back full for this long, while
  * another relay holds its slot for longer, leaves the trickle to that one.
