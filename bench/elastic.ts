@@ -187,6 +187,17 @@ async function billed(tail: LogTail): Promise<{
     }
     if (line.includes('"more relays raised the rate"')) measured.raised++;
     if (line.includes('"more relays did not raise the rate: the newest leave')) measured.notRaised++;
+    // What each measure saw (relays and the fleet's rate before and after), for the log.
+    if (line.includes('"more relays raised the rate"') || line.includes('"more relays did not raise')) {
+      try {
+        const m = JSON.parse(line.slice(line.indexOf('{'))) as Record<string, unknown>;
+        log(
+          `  measured: ${m.running_before} relays ${m.events_per_second_before} events/s → ${m.running} relays ${m.events_per_second} events/s`,
+        );
+      } catch {
+        // counted above; only the log line is lost
+      }
+    }
     // A relay that cannot work (no database, no permission) ends in a moment: not an idle relay.
     if (/^(Error|.*"level":"ERROR")/.test(line))
       throw new Error(`the deployed relay failed: ${line.slice(0, 300)}`);
