@@ -185,10 +185,12 @@ async function billed(tail: LogTail): Promise<{
         runs.push('unparsed');
       }
     }
-    if (line.includes('"more relays raised the rate"')) measured.raised++;
-    if (line.includes('"more relays did not raise the rate: the newest leave')) measured.notRaised++;
+    const raised = line.includes('"more relays raised the rate"');
+    const notRaised = line.includes('"more relays did not raise the rate: the newest leave');
+    if (raised) measured.raised++;
+    if (notRaised) measured.notRaised++;
     // What each measure saw (relays and the fleet's rate before and after), for the log.
-    if (line.includes('"more relays raised the rate"') || line.includes('"more relays did not raise')) {
+    if (raised || notRaised) {
       try {
         const m = JSON.parse(line.slice(line.indexOf('{'))) as Record<string, unknown>;
         log(

@@ -26,6 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrder, createOrders } from '../lib/example/orders.js';
 import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
+import { WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { PARKED_HOLDER } from '../lib/sql/relay-slots.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { FaultProxy } from '../scripts/local/fault-proxy.js';
@@ -167,7 +168,7 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
     });
     // Wake a relay for it, as a producer's waker would (the schedule alone
     // would take up to a minute to start one).
-    await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
+    await invokeFunction(stack, 'relay', { source: WAKE_SOURCE }, 'Event');
     // Five attempts (the local stage's maxAttempts), each refused by the bus.
     // A woken relay makes the first ones, while each next retry comes due
     // within its idle tail; it leaves a retry due later to a schedule tick
@@ -412,7 +413,7 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
     const tick = await invokeAlone(scheduled);
     expect(tick.payload).toMatchObject({ stoppedBecause: 'idle', claimed: 0 });
     expect(tick.ms).toBeLessThan(2_500);
-    const woken = await invokeAlone({ source: 'pg-lambda-outbox.wake' });
+    const woken = await invokeAlone({ source: WAKE_SOURCE });
     expect(woken.payload).toMatchObject({ stoppedBecause: 'idle' });
     // The reference stack's tail (serverless.yml's relayIdleTailMs).
     const tailMs = Number(stageParamDefault('relayIdleTailMs'));
@@ -493,7 +494,7 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
       })),
     );
     const since = Date.now();
-    await invokeFunction(stack, 'relay', { source: 'pg-lambda-outbox.wake' }, 'Event');
+    await invokeFunction(stack, 'relay', { source: WAKE_SOURCE }, 'Event');
     let most = 0;
     await until(
       'the backlog published',
