@@ -430,8 +430,20 @@ describe('scale out', () => {
     expect(others).toHaveLength(1);
     expect(others[0]?.stoppedBecause).toBe('busy');
     expect(await most()).toBe(2);
-    const verdict = log.lines.find((l) => String(l.message).startsWith('more relays did not raise the rate'));
-    expect(verdict?.extra).toMatchObject({ running_before: 1, running: 2, closed_slots: [1, 2, 3] });
+    const verdict = log.lines.findIndex((l) =>
+      String(l.message).startsWith('more relays did not raise the rate'),
+    );
+    expect(log.lines[verdict]?.extra).toMatchObject({
+      running_before: 1,
+      running: 2,
+      closed_slots: [1, 2, 3],
+    });
+    // Two measures decided it: the first one alone sends nobody away.
+    const firstMeasure = log.lines.findIndex(
+      (l) => l.message === 'one measure found the rate not raised; measuring again',
+    );
+    expect(firstMeasure).toBeGreaterThanOrEqual(0);
+    expect(firstMeasure).toBeLessThan(verdict);
     expect(
       log.lines.some((l) => l.message === 'this relay no longer holds its slot; it stops claiming'),
     ).toBe(false);
@@ -440,6 +452,42 @@ describe('scale out', () => {
     // Closed, not running: a producer's wake still finds no relay running.
     expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 3, running: 0 });
     expect(await anyRelaySlotHeld(db.pool)).toBe(false);
+  }, 120_000);
+
+  it('one measure that finds no rise does not send the relays away: a second one decides', async () => {
+    // Every call 200 ms on the network; while the first measure runs, the
+    // link passes one call at a time (a busy moment: the two relays share it
+    // and together publish no faster than one), then frees up again.
+    proxy.delayMs = 200;
+    const queue = await createQueue(sqs, uniqueName('scale-out-second-measure'));
+    const events = 1_500;
+    await insertEvents(db.pool, events);
+    const { relay, runs, log } = relayWith(
+      [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+      { maxRelays: 2, workers: 1, batchSize: 10, scaleOutBacklog: 50 },
+      0,
+      proxied,
+    );
+    const info = log.logger.info;
+    log.logger.info = (message: string, ...extra: Array<Record<string, unknown>>) => {
+      if (message === 'backlog: started more relays') proxy.oneAtATime = true;
+      if (message === 'one measure found the rate not raised; measuring again') proxy.oneAtATime = false;
+      return info(message, ...extra);
+    };
+    const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    const others = await Promise.all(runs);
+    const messages = log.lines.map((l) => l.message);
+    const again = messages.indexOf('one measure found the rate not raised; measuring again');
+    expect(again).toBeGreaterThanOrEqual(0);
+    expect(messages.indexOf('more relays raised the rate')).toBeGreaterThan(again);
+    expect(messages.some((m) => String(m).startsWith('more relays did not raise'))).toBe(false);
+    expect(first.relaysStarted).toBe(1);
+    expect(others).toHaveLength(1);
+    expect(others[0]?.published).toBeGreaterThan(0);
+    expect(first.published + (others[0]?.published ?? 0)).toBe(events);
+    expect(await messagesIn(queue.url)).toBe(events);
+    // Nothing closed: the slots are free once both relays left.
+    expect(await relaySlotState(db.pool, { maxRelays: 2 })).toMatchObject({ held: 0 });
   }, 120_000);
 
   it('a relay that publishes nothing (its target is missing) starts no relays for the backlog', async () => {

@@ -74,7 +74,8 @@ export interface RelayOptions {
   scaleOutAgeMs?: number;
   /**
    * Measured scale out (with `maxRelays`): when the relays a run started did
-   * not raise the rate (they wait on something they share), the slots they
+   * not raise the rate by two measures in a row (they wait on something they
+   * share), the slots they
    * took and the free ones are closed for this long; no relay is started for
    * them meanwhile, then the next backlog measures again. Default 5 minutes.
    */

@@ -894,7 +894,15 @@ export class Relay {
   private slotClosed = false;
   /** Measured scale out: relays started, and this relay's rate before they came. */
   private probe:
-    | { startedAt: number; running: number; added: number; rateBefore: number; measureFrom?: number }
+    | {
+        startedAt: number;
+        running: number;
+        added: number;
+        rateBefore: number;
+        measureFrom?: number;
+        /** The fleet's rate by the first measure, when it found no rise and a second one decides. */
+        firstAfter?: number;
+      }
     | undefined;
   /** [time, events published so far in this run], the last PROBE_WINDOW_MS * 4 of them. */
   private progress: Array<[number, number]> = [];
@@ -1013,17 +1021,18 @@ export class Relay {
   /**
    * Measured scale out, checked while claims come back full. The relay in
    * the lowest slot held measures its own rate over PROBE_WINDOW_MS of full
-   * claims (and PROBE_MIN_BATCHES batches at least); with a backlog (ready events up to `scaleOutBacklog`, or the
-   * oldest of them `scaleOutAgeMs` old) it starts as many relays as run
-   * (doubling them; no more than the free slots), and measures again once
-   * they run. When the fleet's rate (this relay's times the relays running)
-   * rose by at least half a relay's share for each relay added, the next
-   * check may double again. When it did not (the relays wait on something
-   * they share: the database, a target's limit, the network), it closes
-   * every slot but those of the relays that ran before, for
-   * `scaleOutParkMs`: the newest relays stop claiming at their next renewal,
-   * and nobody starts relays for those slots meanwhile. A claim short of a
-   * full batch during a measure (the backlog ran out) voids it. A failed
+   * claims (and PROBE_MIN_BATCHES batches at least); with a backlog (ready
+   * events up to `scaleOutBacklog`, or the oldest of them `scaleOutAgeMs`
+   * old) it starts as many relays as run (doubling them; no more than the
+   * free slots), and measures again once they run. When the fleet's rate
+   * (this relay's times the relays running) rose by at least half a relay's
+   * share for each relay added, the next check may double again. When two
+   * measures in a row find it did not (the relays wait on something they
+   * share: the database, a target's limit, the network), it closes every
+   * slot but those of the relays that ran before, for `scaleOutParkMs`: the
+   * newest relays stop claiming at their next renewal, and nobody starts
+   * relays for those slots meanwhile. A claim short of a full batch during a
+   * measure (the backlog ran out) voids it. A failed
    * check only costs the scale-out.
    */
   private async scaleCheck(maxRelays: number, held: { slot: number; holder: string }): Promise<void> {
@@ -1134,6 +1143,14 @@ export class Relay {
       this.logger.info('more relays raised the rate', fields);
       return;
     }
+    if (probe.firstAfter === undefined) {
+      // One window can land on a busy moment (a stall of the database or a
+      // target): parking costs the drain minutes, a second window about a second.
+      this.probe = { ...probe, measureFrom: now, firstAfter: fleetAfter };
+      this.nextScaleCheckAt = now + PROBE_WINDOW_MS;
+      this.logger.info('one measure found the rate not raised; measuring again', fields);
+      return;
+    }
     const closed = await parkRelaySlots(this.deps.db, {
       ...held,
       keep: probe.running,
@@ -1143,6 +1160,7 @@ export class Relay {
     });
     this.logger.info('more relays did not raise the rate: the newest leave; their slots stay closed', {
       ...fields,
+      events_per_second_first_measure: Math.round(probe.firstAfter),
       closed_slots: closed,
       closed_ms: this.options.scaleOutParkMs,
     });
