@@ -156,11 +156,17 @@ await migrateExample(databaseUrl);
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
 const nodeDir = node22PathDir(log);
 
-/** The relay's REPORT lines since the tail started: GB-seconds and invocations. */
-async function billed(tail: LogTail): Promise<{
+/**
+ * The relay's REPORT lines since the tail started: GB-seconds and
+ * invocations. `skip`: only moves the tail past what came before (logs nothing).
+ */
+async function billed(
+  tail: LogTail,
+  skip = false,
+): Promise<{
   gbSeconds: number;
   invocations: number;
-  measured: { raised: number; notRaised: number };
+  measured: { raised: number; notRaised: number; again: number };
   billedMs: number[];
   runs: string[];
   reports: { endedAt: number; billedMs: number; gb: number }[];
@@ -171,7 +177,8 @@ async function billed(tail: LogTail): Promise<{
   // events published), in log order: where a drain's GB-seconds went.
   const runs: string[] = [];
   // Measured scale out: what the relay that scaled found, each time it measured.
-  const measured = { raised: 0, notRaised: 0 };
+  // again: measures that found no rise and left the verdict to a second one.
+  const measured = { raised: 0, notRaised: 0, again: 0 };
   const reports: { endedAt: number; billedMs: number; gb: number }[] = [];
   for (const { message: line, timestamp } of await tail.pollEvents()) {
     if (line.includes('"relay run finished"')) {
@@ -187,14 +194,16 @@ async function billed(tail: LogTail): Promise<{
     }
     const raised = line.includes('"more relays raised the rate"');
     const notRaised = line.includes('"more relays did not raise the rate: the newest leave');
+    const again = line.includes('"one measure found the rate not raised; measuring again"');
     if (raised) measured.raised++;
     if (notRaised) measured.notRaised++;
+    if (again) measured.again++;
     // What each measure saw (relays and the fleet's rate before and after), for the log.
-    if (raised || notRaised) {
+    if ((raised || notRaised || again) && !skip) {
       try {
         const m = JSON.parse(line.slice(line.indexOf('{'))) as Record<string, unknown>;
         log(
-          `  measured: ${m.running_before} relays ${m.events_per_second_before} events/s → ${m.running} relays ${m.events_per_second} events/s`,
+          `  measured${again ? ' (a second measure decides)' : ''}: ${m.running_before} relays ${m.events_per_second_before} events/s → ${m.running} relays ${m.events_per_second} events/s`,
         );
       } catch {
         // counted above; only the log line is lost
@@ -233,7 +242,7 @@ async function idleCost(stack: DeployedStack, label: string) {
   log(`${label}: waiting for the schedule's first run, then ${IDLE_MINUTES} idle minutes…`);
   await sleep(75_000);
   const tail = new LogTail(stack, 'relay', Date.now());
-  await billed(tail); // what came before the window
+  await billed(tail, true); // what came before the window
   const started = Date.now();
   await sleep(IDLE_MINUTES * 60_000);
   const ended = Date.now();
@@ -269,7 +278,7 @@ const percentile = (sorted: number[], p: number) =>
  */
 async function latency(stack: DeployedStack, count: number, wake: (() => Promise<unknown>) | undefined) {
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
-  await billed(tail); // what came before
+  await billed(tail, true); // what came before
   const started = Date.now();
   const ids: string[] = [];
   for (let i = 0; i < count; i++) {
@@ -434,7 +443,7 @@ async function steady(stack: DeployedStack, rate: number) {
   await consumerMapping(stack, false);
   await relaysGone();
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
-  await billed(tail);
+  await billed(tail, true);
   log(
     `steady: ${rate} orders a second for ${STEADY_SECONDS} s from ${STEADY_PRODUCERS} producers waking the relay…`,
   );
@@ -548,7 +557,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   await openClosedSlots();
   // Every relay invocation from here on counts (a schedule tick may start on the orders before the wake).
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
-  await billed(tail);
+  await billed(tail, true);
   const calibration = calibrationMs();
   const load = await backlog(LOAD_EVENTS, 'load');
   const cpu = relayCpu(emulator, stack);
@@ -564,7 +573,7 @@ async function loadCost(emulator: StackEmulator, stack: DeployedStack) {
   if (!args['bus-rule-on']) await busRule(stack, true);
   const perMillion = (gbSeconds / LOAD_EVENTS) * 1_000_000;
   log(
-    `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once; more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
+    `full load: ${LOAD_EVENTS} events in ${(drainedMs / 1000).toFixed(1)} s, ${invocations} relay invocations (at most ${most} at once; more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×, measured again ${measured.again}×), ${gbSeconds.toFixed(1)} GB-s → ${perMillion.toFixed(0)} GB-s per million`,
   );
   return {
     gbSecondsPerMillion: Math.round(perMillion),
@@ -620,7 +629,7 @@ async function scaleOutDrain(
   await relaysGone();
   await openClosedSlots();
   const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
-  await billed(tail);
+  await billed(tail, true);
   log(`scale out, maxRelays ${maxRelays}: ${count} orders in one transaction…`);
   // The machine's speed before the drain (the ratio follows it), taken
   // before the orders, as a schedule tick may start on them.
@@ -635,7 +644,7 @@ async function scaleOutDrain(
     await relaysGone();
     const { gbSeconds, invocations, measured } = await billed(tail);
     log(
-      `  maxRelays ${maxRelays} (more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×): drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(count / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
+      `  maxRelays ${maxRelays} (more relays raised the rate ${measured.raised}×, did not ${measured.notRaised}×, measured again ${measured.again}×): drained in ${(drainedMs / 1000).toFixed(1)} s (${Math.round(count / (drainedMs / 1000))} events/s), ${invocations} relay invocations, at most ${most} at once, ${gbSeconds.toFixed(1)} GB-s`,
     );
     return {
       maxRelays,
