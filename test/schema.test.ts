@@ -116,7 +116,8 @@ describe('outbox tables in a schema of their own', () => {
 
     const routes = [{ match: '*', targets: [{ type: 'sqs' as const, queueUrl: queue.url }] }];
     const { relay } = emulatorRelay(db.pool, aws, routes, { schema: SCHEMA });
-    expect(await drainUntilIdle(relay)).toMatchObject({ published: 1 });
+    // Its closing figures too (the Pending and OldestPendingAge metrics and their alarms).
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 1, stats: { pending: 0 } });
     const messages = await drainQueue(aws.sqs, queue.url, 1);
     expect(JSON.parse(messages[0]?.Body as string)).toMatchObject({ id, type: 'order.created' });
 
@@ -177,6 +178,34 @@ describe('outbox tables in a schema of their own', () => {
     const after = await appState(db.pool);
     expect(after.rows.outbox).toEqual(before.rows.outbox);
     expect(after.rows.notifications).toEqual(before.rows.notifications);
+  });
+
+  it('an elastic relay with maxRelays takes its slot, leaves when idle and reads its figures in the schema', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('schema-elastic'));
+    await enqueueEvents(
+      db.pool,
+      Array.from({ length: 30 }, (_, i) => ({
+        aggregateType: 'order',
+        aggregateId: `e-${i}`,
+        eventType: 'order.created',
+        payload: { i },
+      })),
+      { schema: SCHEMA },
+    );
+    const routes = [{ match: '*', targets: [{ type: 'sqs' as const, queueUrl: queue.url }] }];
+    const { relay, log } = emulatorRelay(db.pool, aws, routes, {
+      schema: SCHEMA,
+      maxRelays: 2,
+      idleTailMs: 200,
+      batchSize: 10,
+    });
+    const summary = await relay.run({ remainingMs: () => 60_000, leaveIfEmpty: true });
+    expect(summary).toMatchObject({ published: 30, stoppedBecause: 'idle', stats: { pending: 0 } });
+    expect(log.lines.filter((l) => l.level === 'warn' || l.level === 'error')).toEqual([]);
+    // The slot was the schema's, and is free again.
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "outbox".outbox_relay_slots`);
+    expect(rows[0].n).toBe(0);
+    await drainQueue(aws.sqs, queue.url, 30);
   });
 
   it('a bad schema name is a ConfigError before anything is written', async () => {

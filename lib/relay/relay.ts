@@ -60,6 +60,8 @@ const SCALE_IN_EMPTY_CHECK_MS = 1_000;
 const MIN_RUN_MS = 5_000;
 /** Longest wait for a relay slot that is about to free up. */
 const SLOT_HANDOVER_WAIT_MS = 15_000;
+/** ...looking for a free slot this often meanwhile. */
+const SLOT_HANDOVER_POLL_MS = 250;
 
 export interface RelayDeps {
   /** Runs single statements; a `pg.Pool` (each claim and each outcome commits on its own). */
@@ -916,7 +918,8 @@ export class Relay {
    * always-on relay overlaps the last one by a few seconds), waits for it.
    */
   private async takeSlot(run: RunOptions, holder: string, maxRelays: number): Promise<number | undefined> {
-    for (let attempt = 0; ; attempt++) {
+    let deadline: number | undefined;
+    for (;;) {
       // Held for the invocation's budget: a relay that dies frees it when its invocation would have ended.
       const holdMs = Math.min(Math.max(run.remainingMs(), 1_000), 86_400_000);
       const slot = await acquireRelaySlot(this.deps.db, {
@@ -926,11 +929,17 @@ export class Relay {
         aliveMs: this.options.slotAliveMs,
         schema: this.options.schema,
       });
-      if (slot !== undefined || attempt >= 2) return slot;
-      const { nextFreeMs } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
-      const timeLeft = run.remainingMs() - this.options.safetyMarginMs;
-      if (nextFreeMs > Math.min(SLOT_HANDOVER_WAIT_MS, timeLeft / 2)) return undefined;
-      await sleep(nextFreeMs + 50);
+      if (slot !== undefined) return slot;
+      const now = performance.now();
+      if (deadline === undefined) {
+        const { nextFreeMs } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
+        const timeLeft = run.remainingMs() - this.options.safetyMarginMs;
+        if (nextFreeMs > Math.min(SLOT_HANDOVER_WAIT_MS, timeLeft / 2)) return undefined;
+        deadline = now + nextFreeMs + 50;
+      } else if (now >= deadline) return undefined;
+      // A run releases its slot when it returns, seconds before its hold
+      // (its whole budget) runs out: look again soon, not at the hold's end.
+      await sleep(Math.min(SLOT_HANDOVER_POLL_MS, Math.max(0, deadline - now)));
     }
   }
 
@@ -1420,7 +1429,7 @@ export class Relay {
     };
     if (!run.skipStats && !failure && run.remainingMs() > reserveMs) {
       try {
-        summary.stats = await outboxStats(this.deps.db);
+        summary.stats = await outboxStats(this.deps.db, { schema: this.options.schema });
       } catch (error) {
         // The work is done and recorded; only the closing figures are missing.
         this.logger.warn('could not read the outbox stats', { error: String(error) });
