@@ -125,6 +125,34 @@ describe('the idle tail', () => {
     expect(await drainQueue(aws.sqs, url, 1)).toHaveLength(1);
   });
 
+  it('at the end of its tail a run stays for a retry due within another tail, and leaves one due later to the next run', async () => {
+    for (const [dueInMs, published] of [
+      [1_600, 2],
+      [2_600, 1],
+    ] as const) {
+      await db.pool.query('TRUNCATE outbox_events');
+      const { routes, url } = await routesToNewQueue();
+      const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 1_000, idleWaitMs: 50 });
+      // One event ready (the first claim finds work, so the tail decides),
+      // one that failed once and is retried after its backoff.
+      const [, retried] = await insertEvents(db.pool, 2);
+      await db.pool.query(
+        `UPDATE outbox_events SET attempts = 1, retry_after = now() + $2 * interval '1 millisecond' WHERE id = $1`,
+        [retried, dueInMs],
+      );
+      const summary = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+      expect(summary).toMatchObject({ stoppedBecause: 'idle', published });
+      const { rows } = await db.pool.query(
+        'SELECT processed_at IS NULL AS pending FROM outbox_events WHERE id = $1',
+        [retried],
+      );
+      // Due 1.6 s after the start: past the tail (1 s), within the next.
+      // Due 2.6 s after: the run left at about 1 s; the schedule's next run takes it.
+      expect(rows[0].pending).toBe(published === 1);
+      expect(await drainQueue(aws.sqs, url, published)).toHaveLength(published);
+    }
+  }, 60_000);
+
   it('without a tail (the default), a run polls to its budget as before', async () => {
     const { routes } = await routesToNewQueue();
     const { relay } = emulatorRelay(db.pool, aws, routes, { idleWaitMs: 100 });

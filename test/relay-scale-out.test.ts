@@ -230,8 +230,14 @@ describe('relay slots', () => {
     expect(() => resolveRelayOptions({ maxRelays: 1.5 })).toThrow(/maxRelays/);
     expect(() => resolveRelayOptions({ scaleOutBacklog: 0 })).toThrow(/scaleOutBacklog/);
     expect(() => resolveRelayOptions({ slotAliveMs: 0 })).toThrow(/slotAliveMs/);
-    expect(resolveRelayOptions({}).slotAliveMs).toBe(20_000);
-    expect(resolveRelayOptions({}).maxRelays).toBeNull();
+    // The defaults the README's table gives.
+    expect(resolveRelayOptions({})).toMatchObject({
+      maxRelays: null,
+      scaleOutBacklog: 1_000,
+      scaleOutAgeMs: 10_000,
+      scaleOutParkMs: 300_000,
+      slotAliveMs: 20_000,
+    });
   });
 
   it('OUTBOX_MAX_RELAYS must fit OUTBOX_DB_CONNECTION_BUDGET, checked when the config loads', () => {
@@ -557,6 +563,29 @@ describe('scale out', () => {
     expect(await messagesIn(queue.url)).toBe(events);
   }, 60_000);
 
+  it('the age of the oldest ready event alone starts relays (OUTBOX_SCALE_OUT_AGE_MS), however few wait', async () => {
+    proxy.delayMs = 200;
+    const queue = await createQueue(sqs, uniqueName('scale-out-age'));
+    const events = 600;
+    await insertEvents(db.pool, events);
+    const { relay, runs, log } = relayWith(
+      [{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+      // A count no backlog here reaches; an age every event here reaches within the first measure.
+      { maxRelays: 2, workers: 1, batchSize: 10, scaleOutBacklog: 1_000_000, scaleOutAgeMs: 1_000 },
+      0,
+      proxied,
+    );
+    const first = await relay.run({ remainingMs: budget(60_000), skipStats: true, leaveIfEmpty: true });
+    const others = await Promise.all(runs);
+    const started = log.lines.find((l) => l.message === 'backlog: started more relays');
+    expect(started?.extra).toMatchObject({ started: 1, running: 1 });
+    expect(Number(started?.extra.ready_at_least)).toBeLessThan(events);
+    expect(Number(started?.extra.oldest_ready_ms)).toBeGreaterThanOrEqual(1_000);
+    expect(first.relaysStarted).toBe(1);
+    expect(first.published + others.reduce((n, o) => n + o.published, 0)).toBe(events);
+    expect(await messagesIn(queue.url)).toBe(events);
+  }, 120_000);
+
   it('no backlog, no scale-out', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('scale-out-small'));
     await insertEvents(db.pool, 20);
@@ -732,6 +761,34 @@ describe('scale in', () => {
     });
     expect(alwaysOn).toMatchObject({ stoppedBecause: 'time', published: 5, slot: 1 });
   }, 30_000);
+
+  it('always on with one slot: the next run takes the slot as soon as the last one returns, not when its hold runs out', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('handover'));
+    const options = { idleTailMs: null, maxRelays: 1, safetyMarginMs: 5_000 };
+    // The last run holds its slot for its budget (8 s) and returns 5 s
+    // before (its safety margin), as a deployed run returns before its timeout.
+    const last = slotRelay(queue.url, options).run({ remainingMs: budget(8_000), skipStats: true });
+    await sleep(500);
+    // The schedule's next run overlaps it and waits for the slot.
+    const next = slotRelay(queue.url, options).run({ remainingMs: budget(24_000), skipStats: true });
+    expect(await last).toMatchObject({ stoppedBecause: 'time' });
+    const returnedAt = performance.now();
+    await insertEvents(db.pool, 1);
+    let waitedMs = Number.POSITIVE_INFINITY;
+    while (performance.now() - returnedAt < 10_000) {
+      const { rows } = await db.pool.query(
+        'SELECT count(*)::int AS n FROM outbox_events WHERE processed_at IS NULL',
+      );
+      if (rows[0].n === 0) {
+        waitedMs = performance.now() - returnedAt;
+        break;
+      }
+      await sleep(20);
+    }
+    // Not the 4.5 s until the last run's hold would have run out.
+    expect(waitedMs).toBeLessThan(2_000);
+    expect(await next).toMatchObject({ stoppedBecause: 'time', published: 1, slot: 0 });
+  }, 40_000);
 
   it('a relay killed mid-run holds back woken runs only until its slot is no longer renewed', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('dead-holder'));

@@ -12,6 +12,7 @@ import { CreateFunctionCommand, GetFunctionCommand, LambdaClient } from '@aws-sd
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../lib/errors.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
+import { WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger } from './support/events.js';
@@ -22,6 +23,10 @@ let emulator: StackEmulator;
 let lambda: LambdaClient;
 let server: http.Server;
 const starts: number[] = [];
+/** The event each start of the "relay" was invoked with. */
+const events: unknown[] = [];
+/** How long the "relay" runs: a wake that waited for it would take this long at least. */
+const RUN_MS = 2_000;
 const FUNCTION = 'wake-probe';
 
 async function until(condition: () => boolean, timeoutMs: number): Promise<void> {
@@ -30,9 +35,16 @@ async function until(condition: () => boolean, timeoutMs: number): Promise<void>
 }
 
 beforeAll(async () => {
-  server = http.createServer((_req, res) => {
+  server = http.createServer((req, res) => {
     starts.push(Date.now());
-    res.end('ok');
+    let body = '';
+    req.on('data', (chunk) => {
+      body += chunk;
+    });
+    req.on('end', () => {
+      events.push(JSON.parse(body || 'null'));
+      res.end('ok');
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
@@ -43,10 +55,11 @@ beforeAll(async () => {
     credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
     maxAttempts: 1,
   });
-  // The "relay": reports its start to the test's server, as a woken relay would start claiming.
+  // The "relay": reports its start and its event to the test's server, as a
+  // woken relay would start claiming, then runs on for a while.
   fs.writeFileSync(
     path.join(work, 'index.mjs'),
-    `export const handler = async () => { await fetch('http://127.0.0.1:${port}/started'); return 'ok'; };\n`,
+    `export const handler = async (event) => { await fetch('http://127.0.0.1:${port}/started', { method: 'POST', body: JSON.stringify(event) }); await new Promise((r) => setTimeout(r, ${RUN_MS})); return 'ok'; };\n`,
   );
   execFileSync('python3', [
     '-m',
@@ -88,8 +101,12 @@ describe('createRelayWaker', () => {
     expect(outcomes).toEqual(['invoked', 'debounced', 'debounced', 'debounced', 'debounced']);
     const invokeMs = Date.now() - sentAt;
     expect(waker.invocations).toBe(1);
+    // Asynchronous (InvocationType Event): the wake did not wait for the run.
+    expect(invokeMs).toBeLessThan(RUN_MS);
     await until(() => starts.length >= 1, 30_000);
     expect(starts).toHaveLength(1);
+    // The relay's handler tells a wake from a schedule tick by this event.
+    expect(events[0]).toEqual({ source: WAKE_SOURCE });
     console.log(
       `waker: 5 wakes sent in ${invokeMs} ms; the function started ${(starts[0] as number) - sentAt} ms after the first`,
     );
@@ -124,6 +141,25 @@ describe('createRelayWaker', () => {
     await waker.wake();
     expect(waker.invocations).toBe(3);
   }, 90_000);
+
+  it('a look at the slots that fails wakes the relay anyway, and says so', async () => {
+    const log = captureLogger();
+    // No such schema: the look fails as it would with the database away.
+    const waker = createRelayWaker({
+      functionName: FUNCTION,
+      lambda,
+      db: db.pool,
+      schema: 'no_such_schema',
+      logger: log.logger,
+    });
+    const before = starts.length;
+    expect(await waker.wake()).toBe('invoked');
+    expect(log.lines.map((l) => [l.level, l.message])).toEqual([
+      ['warn', 'could not look for a running relay; waking it'],
+    ]);
+    await until(() => starts.length >= before + 1, 30_000);
+    expect(starts).toHaveLength(before + 1);
+  }, 60_000);
 
   it('a wake that fails is logged, never thrown, and the next commit tries again', async () => {
     const log = captureLogger();

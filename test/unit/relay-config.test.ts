@@ -39,6 +39,14 @@ describe('loadRelayConfig', () => {
       OUTBOX_MAX_PENDING_AGE_MS: '7200000',
       OUTBOX_TARGET_FAILURES: '5',
       OUTBOX_TARGET_PROBE_MAX_MS: '30000',
+      OUTBOX_IDLE_TAIL_MS: '1500',
+      OUTBOX_MAX_RELAYS: '3',
+      OUTBOX_SCALE_OUT_BACKLOG: '500',
+      OUTBOX_SCALE_OUT_AGE_MS: '5000',
+      OUTBOX_SCALE_OUT_PARK_MS: '60000',
+      OUTBOX_SLOT_ALIVE_MS: '10000',
+      // 3 relays × (3 workers + 1 + 1 for OUTBOX_LISTEN) = 15
+      OUTBOX_DB_CONNECTION_BUDGET: '15',
     });
     expect(config.circuit).toEqual({ failureThreshold: 5, probeMaxMs: 30_000 });
     expect(config.relay).toEqual({
@@ -52,6 +60,12 @@ describe('loadRelayConfig', () => {
       safetyMarginMs: 5000,
       idleWaitMs: 100,
       maxPendingAgeMs: 7_200_000,
+      idleTailMs: 1500,
+      maxRelays: 3,
+      scaleOutBacklog: 500,
+      scaleOutAgeMs: 5000,
+      scaleOutParkMs: 60_000,
+      slotAliveMs: 10_000,
     });
     expect(config).toMatchObject({
       concurrency: 16,
