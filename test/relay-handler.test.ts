@@ -126,6 +126,45 @@ describe('functions/relay handler', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
+  it('a running relay holds at most OUTBOX_WORKERS + 1 database sessions, + 1 with OUTBOX_LISTEN (the connection budget counts these)', async () => {
+    await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
+    const events = 400;
+    await insertEvents(db.pool, events);
+    const { sqs } = awsClients();
+    const queue = await createQueue(sqs, uniqueName('handler-sessions'));
+    const functionName = uniqueName('relay-sessions');
+    const { relayHandler } = await coldStart({
+      AWS_LAMBDA_FUNCTION_NAME: functionName, // the connections' application_name
+      OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
+      OUTBOX_WORKERS: '2',
+      OUTBOX_BATCH_SIZE: '20',
+      OUTBOX_LISTEN: 'true',
+      OUTBOX_MAX_RELAYS: '2',
+      OUTBOX_DB_CONNECTION_BUDGET: '8',
+      OUTBOX_IDLE_TAIL_MS: '500',
+    });
+    let most = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const { rows } = await db.pool.query(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
+          [functionName],
+        );
+        most = Math.max(most, rows[0].n);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const summary = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(60_000) as never);
+    sampling = false;
+    await sampler;
+    expect(summary).toMatchObject({ published: events });
+    // Two workers' claims, the slot's renewals and the listener: 2 + 1 + 1.
+    console.info(`relay sessions at most: ${most}`);
+    expect(most).toBeGreaterThanOrEqual(3);
+    expect(most).toBeLessThanOrEqual(4);
+  }, 60_000);
+
   it('a run that finds every relay slot held claims nothing and keeps no database connection', async () => {
     await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
     await insertEvents(db.pool, 5);
