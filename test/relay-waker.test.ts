@@ -140,6 +140,9 @@ describe('createRelayWaker', () => {
     await db.pool.query("UPDATE outbox_relay_slots SET held_until = now() - interval '1 second'");
     await waker.wake();
     expect(waker.invocations).toBe(3);
+    // Its start comes here, not during the next test.
+    await until(() => starts.length >= before + 3, 30_000);
+    expect(starts).toHaveLength(before + 3);
   }, 90_000);
 
   it('a look at the slots that fails wakes the relay anyway, and says so', async () => {
