@@ -165,6 +165,33 @@ describe('functions/relay handler', () => {
     expect(most).toBeLessThanOrEqual(4);
   }, 60_000);
 
+  it('with slots free, a wake or a tick defers to a relay that runs; a relay started for a backlog does not', async () => {
+    await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
+    await insertEvents(db.pool, 5);
+    // A relay runs (alive, slot 0); slots 1 and 2 are free.
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '10 minutes', now() + interval '10 minutes')",
+    );
+    const { sqs } = awsClients();
+    const queue = await createQueue(sqs, uniqueName('handler-defer'));
+    const { relayHandler } = await coldStart({
+      AWS_LAMBDA_FUNCTION_NAME: uniqueName('relay-defer'),
+      OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
+      OUTBOX_MAX_RELAYS: '3',
+      OUTBOX_IDLE_TAIL_MS: '500',
+    });
+    for (const event of [{ source: WAKE_SOURCE }, { source: 'aws.events' }]) {
+      expect(await relayHandler(event, lambdaContext(30_000) as never)).toMatchObject({
+        stoppedBecause: 'busy',
+        claimed: 0,
+      });
+    }
+    const started = await relayHandler({ source: SCALE_OUT_SOURCE }, lambdaContext(30_000) as never);
+    expect(started).toMatchObject({ published: 5, slot: 1 });
+    // Drained, it leaves (the trickle to the relay holding its slot longer: `surplus`).
+    expect(['idle', 'surplus']).toContain(started.stoppedBecause);
+  });
+
   it('a run that finds every relay slot held claims nothing and keeps no database connection', async () => {
     await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
     await insertEvents(db.pool, 5);
