@@ -858,6 +858,28 @@ describe('scale in', () => {
     expect(summary.relaysStarted).toBe(1);
   }, 30_000);
 
+  it('a relay out of time with a backlog starts a successor, though other relays run', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('successor-backlog'));
+    await insertEvents(db.pool, 200);
+    // Another relay runs (slot 0, alive): this one is not alone, and not the one that scales.
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute', now() + interval '1 minute')",
+    );
+    let started = 0;
+    const log = captureLogger();
+    const relay = slotRelay(queue.url, { idleTailMs: 2_000, batchSize: 2, scaleOutBacklog: 50 }, 300, {
+      startRelays: async (count) => {
+        started += count;
+      },
+      logger: log.logger,
+    });
+    const summary = await relay.run({ remainingMs: budget(2_000), skipStats: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'time', slot: 1, relaysStarted: 1 });
+    expect(started).toBe(1);
+    const why = log.lines.filter((l) => l.message === 'backlog: started more relays').map((l) => l.extra.why);
+    expect(why).toEqual(['the run ended with a backlog']);
+  }, 30_000);
+
   it('a relay leaving an ordered outbox with an aggregate held behind a dead letter looks once, not again and again', async () => {
     const queue = await createQueue(aws.sqs, `${uniqueName('blocked')}.fifo`);
     await insertEvents(db.pool, 5, () => ({ aggregateId: 'blocked' }));
