@@ -27,6 +27,15 @@ async function coldStart(env: Record<string, string>) {
   return import('../functions/relay.js');
 }
 
+/** The database sessions a cold-started relay holds: its connections' application_name is its function name. */
+async function relaySessions(functionName: string): Promise<number> {
+  const { rows } = await db.pool.query(
+    'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
+    [functionName],
+  );
+  return rows[0].n;
+}
+
 describe('functions/relay handler', () => {
   it('drains on a schedule tick, then stops claiming near the end of its time budget', async () => {
     const { sqs } = awsClients();
@@ -147,11 +156,7 @@ describe('functions/relay handler', () => {
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
-        const { rows } = await db.pool.query(
-          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
-          [functionName],
-        );
-        most = Math.max(most, rows[0].n);
+        most = Math.max(most, await relaySessions(functionName));
         await new Promise((r) => setTimeout(r, 5));
       }
     })();
@@ -207,13 +212,7 @@ describe('functions/relay handler', () => {
       OUTBOX_MAX_RELAYS: '1',
       OUTBOX_IDLE_TAIL_MS: '500',
     });
-    const sessions = async () =>
-      (
-        await db.pool.query(
-          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
-          [functionName],
-        )
-      ).rows[0].n;
+    const sessions = () => relaySessions(functionName);
     for (let run = 0; run < 2; run++) {
       const summary = await relayHandler({ source: WAKE_SOURCE }, lambdaContext(30_000) as never);
       expect(summary).toMatchObject({ stoppedBecause: 'busy', claimed: 0 });

@@ -75,9 +75,9 @@ export interface RelayOptions {
   /**
    * Measured scale out (with `maxRelays`): when the relays a run started did
    * not raise the rate by two measures in a row (they wait on something they
-   * share), the slots they
-   * took and the free ones are closed for this long; no relay is started for
-   * them meanwhile, then the next backlog measures again. Default 5 minutes.
+   * share), the slots they took and the free ones are closed for this long;
+   * no relay is started for them meanwhile, then the next backlog measures
+   * again. Default 5 minutes.
    */
   scaleOutParkMs?: number;
   /**

@@ -1041,8 +1041,8 @@ export class Relay {
    * slot but those of the relays that ran before, for `scaleOutParkMs`: the
    * newest relays stop claiming at their next renewal, and nobody starts
    * relays for those slots meanwhile. A claim short of a full batch during a
-   * measure (the backlog ran out) voids it. A failed
-   * check only costs the scale-out.
+   * measure (the backlog ran out) voids it. A failed check only costs the
+   * scale-out.
    */
   private async scaleCheck(maxRelays: number, held: { slot: number; holder: string }): Promise<void> {
     const start = this.deps.startRelays;
