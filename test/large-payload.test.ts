@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { CreateEventBusCommand, PutRuleCommand, PutTargetsCommand } from '@aws-sdk/client-eventbridge';
 import {
   CreateBucketCommand,
@@ -277,6 +277,99 @@ describe('large payloads through S3 (the claim check)', () => {
     const without = await consumerWith(undefined, seen).handleSqsEvent(event);
     expect(without.failed).toBe(2);
     expect(without.outcomes[0]?.error?.message).toMatch(/no largePayloads option: pass largePayloads/);
+  });
+
+  it('skips a duplicate of a processed event before fetching its payload: no GetObject, even after the object expired', async () => {
+    const id = await write(bigPayload(400 * 1024, 'once'));
+    const { relay } = emulatorRelay(
+      db.pool,
+      aws,
+      routesTo(queue.url),
+      {},
+      { largePayloads: { bucket, s3: aws.s3 } },
+    );
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 1 });
+    const event = await receiveRecords(queue, 1);
+    expect(JSON.parse(event.Records[0]!.body).payloadRef).toBeDefined();
+    const s3 = countingS3();
+    const seen: Envelope[] = [];
+    const consumer = consumerWith(s3.s3, seen);
+    expect(await consumer.handleSqsEvent(event)).toMatchObject({ processed: 1, failed: 0 });
+    expect(s3.calls).toEqual(['GetObjectCommand']);
+
+    // A redelivery of the same message: skipped without an S3 call.
+    expect(await consumer.handleSqsEvent(event)).toMatchObject({ processed: 0, duplicates: 1, failed: 0 });
+    expect(s3.calls).toEqual(['GetObjectCommand']);
+
+    // The bucket's lifecycle expired the object, then the message came back
+    // (the queue keeps it longer than a short retention): still a duplicate.
+    await aws.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: `payloads/${id}` }));
+    const late = await consumer.handleSqsEvent(event);
+    expect(late).toMatchObject({ processed: 0, duplicates: 1, failed: 0, batchItemFailures: [] });
+    expect(late.outcomes[0]).toMatchObject({ status: 'duplicate', eventId: id });
+    expect(s3.calls).toEqual(['GetObjectCommand']);
+    expect(seen.map((e) => e.id)).toEqual([id]);
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM processed_events WHERE event_id = $1',
+      [id],
+    );
+    expect(rows[0].n).toBe(1);
+  });
+
+  it('a claim-checked event whose handler failed leaves no dedupe row: the retry fetches and handles it; a replay to handle is fetched', async () => {
+    const id = await write(bigPayload(400 * 1024, 'retry'));
+    const { relay } = emulatorRelay(
+      db.pool,
+      aws,
+      routesTo(queue.url),
+      {},
+      { largePayloads: { bucket, s3: aws.s3 } },
+    );
+    expect(await drainUntilIdle(relay)).toMatchObject({ published: 1 });
+    const event = await receiveRecords(queue, 1);
+    const s3 = countingS3();
+    const handled: Envelope[] = [];
+    let failNext = true;
+    const consumer = createConsumer({
+      name: uniqueName('large-retry'),
+      pool: db.pool,
+      handlers: {},
+      replays: 'handle',
+      fallback: async (envelope, tx) => {
+        await tx.query('SELECT 1');
+        if (failNext) {
+          failNext = false;
+          throw new Error('handler down');
+        }
+        handled.push(envelope);
+      },
+      largePayloads: { bucket, s3: s3.s3 },
+    });
+    expect(await consumer.handleSqsEvent(event)).toMatchObject({ processed: 0, failed: 1 });
+    const rows = async () =>
+      (await db.pool.query('SELECT count(*)::int AS n FROM processed_events WHERE event_id = $1', [id]))
+        .rows[0].n;
+    expect(await rows()).toBe(0);
+    expect(await consumer.handleSqsEvent(event)).toMatchObject({ processed: 1, failed: 0 });
+    expect(await rows()).toBe(1);
+    expect(s3.calls).toEqual(['GetObjectCommand', 'GetObjectCommand']);
+    expect(handled.map((e) => (e.payload as { tag: string }).tag)).toEqual(['retry']);
+
+    // With replays: 'handle', a replay of the processed event is new work:
+    // fetched and handled once, then skipped without a fetch.
+    const replay = {
+      Records: [
+        {
+          ...event.Records[0]!,
+          messageId: 'replay-1',
+          body: JSON.stringify({ ...JSON.parse(event.Records[0]!.body), replayId: randomUUID() }),
+        },
+      ],
+    };
+    expect(await consumer.handleSqsEvent(replay)).toMatchObject({ processed: 1, failed: 0 });
+    expect(await consumer.handleSqsEvent(replay)).toMatchObject({ processed: 0, duplicates: 1 });
+    expect(s3.calls).toHaveLength(3);
+    expect(handled).toHaveLength(2);
   });
 
   it('fetches only the relay bucket and the event’s own key, and bounds the size before reading: a forged pointer fails its record alone', async () => {

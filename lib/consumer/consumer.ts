@@ -7,7 +7,7 @@ import { loadOpenTelemetry, withConsumerSpan } from '../trace/opentelemetry.js';
 import { DatabaseUnavailableError, MalformedMessageError } from './errors.js';
 import type { EventHandler, HandlerContext } from './handlers.js';
 import { resolvePayload } from './large-payload.js';
-import { markProcessed, markReplayProcessed } from './mark-processed.js';
+import { markProcessed, markReplayProcessed, wasProcessed } from './mark-processed.js';
 import { type MessageSource, parseMessageBody } from './message-body.js';
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js';
 import { type ConsumerResult, isAcknowledged, type RecordOutcome, summarize } from './outcome.js';
@@ -206,10 +206,43 @@ class SqsConsumer implements Consumer {
       };
     }
 
+    const replayId = envelope.replayId;
+    if (replayId) fields.replay_id = replayId;
+    const handleReplay = replayId !== undefined && this.options.replays === 'handle';
+    const duplicateMessage = replayId
+      ? handleReplay
+        ? 'duplicate replay skipped: this replay was already processed'
+        : "replay skipped: the event was already processed (replays: 'skip')"
+      : 'duplicate event skipped: already processed';
+
     if (envelope.payloadRef) {
-      // The claim check: fetch the payload before dedupe, outside any transaction.
+      // The claim check. The dedupe row is looked up first, in a read of its
+      // own: a duplicate (most redeliveries of a large event) is skipped
+      // without a GetObject, and so is one redelivered after the bucket's
+      // lifecycle expired its object. The payload is then fetched outside
+      // any transaction, and the record's transaction below still inserts
+      // the dedupe row with the handler's writes (a failed handler leaves no
+      // row; a delivery that commits in between is caught by that insert).
+      // Fetching inside the transaction after the insert would save the
+      // look, but hold the transaction, and the dedupe row's lock every
+      // concurrent delivery of the event waits on, across a download of up
+      // to largePayloads.maxBytes.
       const ref = envelope.payloadRef;
       Object.assign(fields, { payload_ref: `s3://${ref.s3.bucket}/${ref.s3.key}`, payload_bytes: ref.bytes });
+      let seen: boolean;
+      try {
+        seen = await withTransaction(
+          pool,
+          (tx) => wasProcessed(tx, name, envelope.id, handleReplay ? replayId : undefined, schema),
+          { logger, deadline },
+        );
+      } catch (caught) {
+        return this.failed(messageId, envelope, fields, caught);
+      }
+      if (seen) {
+        logger.info(duplicateMessage, fields);
+        return { messageId, status: 'duplicate', eventId: envelope.id, eventType: envelope.type };
+      }
       try {
         const signal =
           deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now()));
@@ -239,12 +272,7 @@ class SqsConsumer implements Consumer {
         deadline === undefined ? Number.POSITIVE_INFINITY : Math.max(0, deadline - Date.now()),
     };
     if (trace) context.trace = trace;
-    const replayId = envelope.replayId;
-    if (replayId) {
-      context.replay = { id: replayId };
-      fields.replay_id = replayId;
-    }
-    const handleReplay = replayId !== undefined && this.options.replays === 'handle';
+    if (replayId) context.replay = { id: replayId };
     const run = handler;
     try {
       // With OpenTelemetry installed, the record runs in a CONSUMER span
@@ -281,30 +309,31 @@ class SqsConsumer implements Consumer {
             { logger, deadline },
           ),
       );
-      if (status === 'duplicate') {
-        logger.info(
-          replayId
-            ? handleReplay
-              ? 'duplicate replay skipped: this replay was already processed'
-              : "replay skipped: the event was already processed (replays: 'skip')"
-            : 'duplicate event skipped: already processed',
-          fields,
-        );
-      } else logger.debug('event processed', fields);
+      if (status === 'duplicate') logger.info(duplicateMessage, fields);
+      else logger.debug('event processed', fields);
       return { messageId, status, eventId: envelope.id, eventType: envelope.type };
     } catch (caught) {
-      const error =
-        databaseFailureIn(caught) ?? (caught instanceof Error ? caught : new Error(String(caught)));
-      logger.error(
-        error instanceof TransactionTimeoutError
-          ? 'record cut off: the invocation ran out of time; transaction rolled back, the message will be retried'
-          : error instanceof DatabaseUnavailableError
-            ? 'database unavailable: record not processed'
-            : 'event handler failed: transaction rolled back, the message will be retried',
-        { ...fields, error },
-      );
-      return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };
+      return this.failed(messageId, envelope, fields, caught);
     }
+  }
+
+  /** A record whose transaction (or dedupe look) failed: logged with why, reported failed. */
+  private failed(
+    messageId: string,
+    envelope: Envelope,
+    fields: Record<string, unknown>,
+    caught: unknown,
+  ): RecordOutcome {
+    const error = databaseFailureIn(caught) ?? (caught instanceof Error ? caught : new Error(String(caught)));
+    this.options.logger.error(
+      error instanceof TransactionTimeoutError
+        ? 'record cut off: the invocation ran out of time; transaction rolled back, the message will be retried'
+        : error instanceof DatabaseUnavailableError
+          ? 'database unavailable: record not processed'
+          : 'event handler failed: transaction rolled back, the message will be retried',
+      { ...fields, error },
+    );
+    return { messageId, status: 'failed', eventId: envelope.id, eventType: envelope.type, error };
   }
 }
 

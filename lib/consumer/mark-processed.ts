@@ -61,3 +61,31 @@ export async function markReplayProcessed(
   ]);
   return result.rowCount === 1;
 }
+
+const WAS_PROCESSED_SQL = (t: OutboxTables) => `
+SELECT 1 FROM ${t.processedEvents} WHERE consumer = $1 AND event_id = $2`;
+
+const WAS_REPLAY_PROCESSED_SQL = (t: OutboxTables) => `
+SELECT 1 FROM ${t.processedEventReplays} WHERE consumer = $1 AND event_id = $2 AND replay_id = $3`;
+
+/**
+ * True when this consumer already committed the event (or, with `replayId`,
+ * this replay of it): a look that writes nothing and takes no lock, for work
+ * worth skipping before the record's transaction (fetching a payload stored
+ * in S3). It only saves work: the record's transaction still decides, with
+ * {@link markProcessed}, since a concurrent delivery may commit in between.
+ */
+export async function wasProcessed(
+  db: Queryable,
+  consumer: string,
+  eventId: string,
+  replayId: string | undefined,
+  schema?: string,
+): Promise<boolean> {
+  const tables = outboxTables(schema);
+  const result =
+    replayId === undefined
+      ? await db.query(WAS_PROCESSED_SQL(tables), [consumer, eventId])
+      : await db.query(WAS_REPLAY_PROCESSED_SQL(tables), [consumer, eventId, replayId]);
+  return result.rows.length > 0;
+}

@@ -45,8 +45,9 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
   /**
    * Reads payloads the relay stored in S3 because they were too large for a
    * message (`payloadRef`, docs/consumer.md "Large payloads"): fetched and
-   * checked (size, SHA-256) before dedupe, so handlers get `event.payload`
-   * as usual. Only the relay's bucket and the event's own key
+   * checked (size, SHA-256) before the record's transaction, so handlers get
+   * `event.payload` as usual; an event already processed is skipped without
+   * a fetch. Only the relay's bucket and the event's own key
    * (`<prefix>/<event id>`) are ever fetched, and only objects of at most
    * `maxBytes`: a message pointing elsewhere fails its record. Without it
    * such a record fails (and is retried).
