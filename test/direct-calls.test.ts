@@ -16,7 +16,7 @@ import { DeleteQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { OutboxEvent } from '../lib/outbox/types.js';
 import { classifyCallError } from '../lib/publish/aws-errors.js';
-import { DirectCallError } from '../lib/publish/direct-calls.js';
+import { DirectCallError, useSignerLoader } from '../lib/publish/direct-calls.js';
 import { EventBridgeTransport } from '../lib/publish/eventbridge-transport.js';
 import { SigV4Signer } from '../lib/publish/sigv4.js';
 import { SqsTransport } from '../lib/publish/sqs-transport.js';
@@ -24,7 +24,7 @@ import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emu
 import { FaultProxy } from '../scripts/local/fault-proxy.js';
 import { awsClients, createQueue, drainQueue, receiveAll, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
-import { insertEvents } from './support/events.js';
+import { eventRows, insertEvents } from './support/events.js';
 import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 
 /**
@@ -170,6 +170,109 @@ describe('direct calls through the relay', () => {
       r && !r.ok ? { retryable: r.retryable, environment: r.environment, code: r.code } : r;
     expect(pick(directResult)).toEqual(pick(sdkResult));
     expect(pick(directResult)).toMatchObject({ retryable: true, environment: true });
+  });
+});
+
+describe('direct calls without the SDK signer (a pnpm layout, a bundle without @smithy/signature-v4)', () => {
+  let queue: { url: string; arn: string };
+  let busQueue: { url: string; arn: string };
+  let bus: string;
+  let restore: () => void;
+  const warnings: Error[] = [];
+  const onWarning = (warning: Error) => {
+    if ((warning as { code?: string }).code === 'OUTBOX_DIRECT_CALLS_OFF') warnings.push(warning);
+  };
+
+  beforeAll(async () => {
+    queue = await createQueue(aws.sqs, uniqueName('direct-nosigner'));
+    busQueue = await createQueue(aws.sqs, uniqueName('direct-nosigner-bus-target'));
+    bus = uniqueName('direct-nosigner-bus');
+    await aws.eventBridge.send(new CreateEventBusCommand({ Name: bus }));
+    const rule = uniqueName('direct-nosigner-rule');
+    await aws.eventBridge.send(
+      new PutRuleCommand({
+        Name: rule,
+        EventBusName: bus,
+        EventPattern: JSON.stringify({ source: ['outbox'] }),
+      }),
+    );
+    await aws.eventBridge.send(
+      new PutTargetsCommand({ Rule: rule, EventBusName: bus, Targets: [{ Id: 'q', Arn: busQueue.arn }] }),
+    );
+    // The import as it fails where the package cannot be resolved.
+    restore = useSignerLoader(async () => {
+      throw Object.assign(
+        new Error("Cannot find package '@smithy/signature-v4' imported from /var/task/index.mjs"),
+        { code: 'ERR_MODULE_NOT_FOUND' },
+      );
+    });
+    process.on('warning', onWarning);
+  });
+  afterAll(() => {
+    restore?.();
+    process.off('warning', onWarning);
+  });
+
+  it('falls back to the SDK for good: every event published once, none failed, one warning however many batches', async () => {
+    const sqs = counted(aws.sqs);
+    const eventBridge = counted(aws.eventBridge);
+    const drain = async (count: number) => {
+      let calls = 0;
+      const ids = await insertEvents(db.pool, count);
+      // A publisher of its own each time: new callers, in the same process.
+      const { relay } = emulatorRelay(
+        db.pool,
+        { sqs: sqs.client, eventBridge: eventBridge.client },
+        [
+          {
+            match: 'order.*',
+            targets: [
+              { type: 'sqs', queueUrl: queue.url },
+              { type: 'eventbridge', busName: bus },
+            ],
+          },
+        ],
+        { batchSize: 10, workers: 1 },
+        { onCall: () => calls++, directCalls: true },
+      );
+      const summary = await drainUntilIdle(relay);
+      return { ids, calls, summary };
+    };
+
+    const first = await drain(45);
+    const second = await drain(25);
+    const ids = [...first.ids, ...second.ids];
+    for (const { summary, ids: drained } of [first, second]) {
+      expect(summary).toMatchObject({ published: drained.length, retried: 0, deadLettered: 0 });
+    }
+    const mine = new Set(ids);
+    const rows = (await eventRows(db.pool)).filter((row) => mine.has(row.id));
+    expect(rows).toHaveLength(70);
+    for (const row of rows) {
+      expect(row).toMatchObject({ last_error: null, dead_lettered_at: null, retry_after: null });
+      expect(row.processed_at).not.toBeNull();
+    }
+    // Claims of 10: 5 + 3 claims, one call each to the queue and the bus,
+    // and every call went through the SDK: none was direct.
+    expect(first.calls + second.calls).toBe(16);
+    expect(sqs.counter.sdkSends + eventBridge.counter.sdkSends).toBe(16);
+
+    // Exactly once to each target: all arrived, and nothing more comes.
+    const arrived = async (url: string, read: (body: Record<string, unknown>) => unknown) => {
+      const messages = await drainQueue(aws.sqs, url, ids.length);
+      messages.push(...(await receiveAll(aws.sqs, url, 1, 2_000)));
+      return messages.map((m) => read(JSON.parse(m.Body as string)) as string).sort();
+    };
+    expect(await arrived(queue.url, (body) => body.id)).toEqual([...ids].sort());
+    expect(await arrived(busQueue.url, (body) => (body.detail as { id: string }).id)).toEqual(
+      [...ids].sort(),
+    );
+
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]?.message).toMatch(
+      /direct calls are off .*@smithy\/signature-v4 is not installed.*goes through the SDK/,
+    );
   });
 });
 

@@ -21,7 +21,8 @@ import { type SdkSigner, SigV4Signer, signsLikeSdk } from './sigv4.js';
  * Measured (bench/db-cost.ts, `cpu_ms_per_1000`): the relay's CPU per event
  * drops by about half. A client with middleware of its own (X-Ray capture, a
  * custom retry strategy) keeps it only on the first call: leave direct calls
- * off for such a client.
+ * off for such a client. Where the set-up fails (`@smithy/signature-v4`
+ * cannot be loaded), the client stays on the SDK, with one process warning.
  */
 
 /** What a direct call needs of an SDK v3 client: `send` for the first call, and its resolved config. */
@@ -100,8 +101,46 @@ const PER_CALL_HEADERS = new Set([
 /** `AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request, …` */
 const SIGV4_SCOPE = /^AWS4-HMAC-SHA256 Credential=[^/]+\/\d{8}\/([^/]+)\/([^/]+)\/aws4_request,/;
 
-const loadSigner = () =>
+type SignerModule = Pick<typeof import('@smithy/signature-v4'), 'SignatureV4'>;
+
+const loadSdkSigner = (): Promise<SignerModule> =>
   importOptional('@smithy/signature-v4', 'direct calls', () => import('@smithy/signature-v4'));
+
+let loadSigner: () => Promise<SignerModule> = loadSdkSigner;
+let fallbackWarned = false;
+
+/**
+ * Replaces the import of the SDK's signer by direct callers (`load` stands
+ * for `import('@smithy/signature-v4')`), until the returned function
+ * restores the package's own. A seam for tests: a loader that throws stands
+ * for a layout the package cannot be loaded from (pnpm's strict
+ * node_modules, a bundle built without it). It also forgets that the
+ * fallback warning was given, so the next failed set-up warns again.
+ */
+export function useSignerLoader(load: () => Promise<SignerModule>): () => void {
+  loadSigner = () => importOptional('@smithy/signature-v4', 'direct calls', load);
+  fallbackWarned = false;
+  return () => {
+    loadSigner = loadSdkSigner;
+    fallbackWarned = false;
+  };
+}
+
+/**
+ * Once per process: a caller could not set its direct calls up and sends
+ * every call through the SDK. The transports have no logger of their own;
+ * a process warning reaches stderr (CloudWatch Logs in Lambda), as the
+ * relay's other set-up warnings do.
+ */
+function warnFallback(error: unknown): void {
+  if (fallbackWarned) return;
+  fallbackWarned = true;
+  const reason = error instanceof Error ? error.message : String(error);
+  process.emitWarning(
+    `direct calls are off (OUTBOX_DIRECT_CALLS / directCalls): setting them up failed (${reason}); every SendMessageBatch and PutEvents goes through the SDK, as without direct calls. Install @smithy/signature-v4 where the relay can load it (bundle it) to have them.`,
+    { code: 'OUTBOX_DIRECT_CALLS_OFF' },
+  );
+}
 
 /** An AWS error answered over HTTP, shaped as the SDK shapes its service exceptions. */
 export class DirectCallError extends Error {
@@ -206,7 +245,11 @@ function retryDelayMs(attempt: number, throttled: boolean): number {
  */
 export class DirectCaller<T> {
   private kept: Kept | undefined;
-  /** Set once a first call showed a request this class cannot replay (not SigV4): the SDK keeps every call. */
+  /**
+   * Set once a first call showed a request this class cannot replay (not
+   * SigV4), or setting it up failed (the signer could not be loaded): the
+   * SDK keeps every call.
+   */
   private sdkOnly = false;
 
   constructor(private readonly client: DirectCapableClient) {}
@@ -293,7 +336,20 @@ export class DirectCaller<T> {
       );
     }
     const output = (await this.client.send(command as never, { abortSignal })) as T;
-    if (sent && !this.kept && !this.sdkOnly) await this.keep(sent);
+    if (sent && !this.kept && !this.sdkOnly) {
+      // The call went out and was answered: its output is the batch's true
+      // outcome, whatever happens to the set-up. A set-up that fails (the
+      // signer cannot be loaded, a client unlike the SDK's) is not retried:
+      // it would fail on every call, and reporting this output as failed
+      // would republish delivered events until they were dead-lettered.
+      // This client stays on the SDK for good.
+      try {
+        await this.keep(sent);
+      } catch (error) {
+        this.sdkOnly = true;
+        warnFallback(error);
+      }
+    }
     return output;
   }
 
@@ -305,6 +361,7 @@ export class DirectCaller<T> {
     }
     const config = this.client.config as ResolvedConfig;
     const { SignatureV4 } = await loadSigner();
+    if (this.sdkOnly || this.kept) return;
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(sent.headers)) {
       if (!PER_CALL_HEADERS.has(name.toLowerCase())) headers[name] = value;
