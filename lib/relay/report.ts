@@ -1,0 +1,116 @@
+import type { OutboxMetrics } from '../observer.js';
+import type { OutboxStats } from '../sql/outbox-stats.js';
+
+/** What one claim-publish-complete cycle did. */
+export interface BatchReport {
+  claimed: number;
+  published: number;
+  retried: number;
+  /** Of the retried: failures of the environment (outage, throttling, deadline), no attempt spent. */
+  held: number;
+  /**
+   * Ordered mode: claimed but not sent (or not counted as sent) because an
+   * earlier event of the aggregate was not delivered; claimed again with it,
+   * no attempt spent. Not counted in `retried`.
+   */
+  heldBack: number;
+  deadLettered: number;
+  /** Outcomes not recorded because the lease had expired and another relay took the rows. */
+  leaseLost: number;
+  durationMs: number;
+  failedByType: Record<string, number>;
+  deadLetteredByType: Record<string, number>;
+}
+
+export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
+  batches: number;
+  durationMs: number;
+  /**
+   * `busy`: with `maxRelays`, every relay slot was held; the run claimed
+   * nothing (or it lost its slot and left). `surplus`: with `maxRelays` and
+   * an idle tail, another relay (holding its slot for longer) was draining
+   * too and this run's claims said it was not needed: none had come back
+   * full for 5 s, or, after the run had found work, a claim found nothing
+   * while no backlog waited (scale in).
+   */
+  stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy' | 'surplus';
+  /** Outbox state when the run ended. */
+  stats?: OutboxStats;
+  /** With `maxRelays`: the relay slot the run held. */
+  slot?: number;
+  /** With `maxRelays`: relay runs this one started for a backlog. */
+  relaysStarted?: number;
+}
+
+export function emptyReport(): BatchReport {
+  return {
+    claimed: 0,
+    published: 0,
+    retried: 0,
+    held: 0,
+    heldBack: 0,
+    deadLettered: 0,
+    leaseLost: 0,
+    durationMs: 0,
+    failedByType: {},
+    deadLetteredByType: {},
+  };
+}
+
+/** A run that left the outbox to other relays without claiming. */
+export function busySummary(): RelaySummary {
+  return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
+}
+
+/** The counts of a report that add up over batches and runs. */
+const COUNTED = ['claimed', 'published', 'retried', 'held', 'heldBack', 'deadLettered', 'leaseLost'] as const;
+
+/** Adds `from`'s counts (and its failures by type) into `into`. */
+export function addCounts(into: BatchReport, from: BatchReport): void {
+  for (const key of COUNTED) into[key] += from[key];
+  for (const [t, n] of Object.entries(from.failedByType)) bump(into.failedByType, t, n);
+  for (const [t, n] of Object.entries(from.deadLetteredByType)) bump(into.deadLetteredByType, t, n);
+}
+
+/** Two consecutive runs of one invocation as one: counts added, the second's ending. */
+export function addSummaries(first: RelaySummary, second: RelaySummary): RelaySummary {
+  const sum: RelaySummary = {
+    ...second,
+    ...emptyReport(),
+    batches: first.batches + second.batches,
+    durationMs: first.durationMs + second.durationMs,
+    relaysStarted: (first.relaysStarted ?? 0) + (second.relaysStarted ?? 0),
+  };
+  addCounts(sum, first);
+  addCounts(sum, second);
+  return sum;
+}
+
+export function bump(counts: Record<string, number>, key: string, by = 1): void {
+  counts[key] = (counts[key] ?? 0) + by;
+}
+
+/** A run's metrics, recorded once at its end. */
+export function recordMetrics(m: OutboxMetrics, summary: RelaySummary, durations: number[]): void {
+  m.record('Published', 'Count', summary.published);
+  m.record('Retried', 'Count', summary.retried);
+  // Events held back because a target failed for reasons of the environment.
+  m.record('TargetUnavailable', 'Count', summary.held);
+  m.record('LeaseLost', 'Count', summary.leaseLost);
+  const failed = Object.values(summary.failedByType).reduce((a, b) => a + b, 0);
+  m.record('Failed', 'Count', failed);
+  m.record('DeadLettered', 'Count', summary.deadLettered);
+  for (const [eventType, n] of Object.entries(summary.failedByType)) {
+    m.record('Failed', 'Count', n, { eventType });
+  }
+  for (const [eventType, n] of Object.entries(summary.deadLetteredByType)) {
+    m.record('DeadLettered', 'Count', n, { eventType });
+  }
+  for (const d of durations) m.record('BatchDurationMs', 'Milliseconds', d);
+  if (summary.stats) {
+    m.record('Pending', 'Count', summary.stats.pending);
+    m.record('OldestPendingAgeSeconds', 'Seconds', summary.stats.oldestPendingAgeSeconds);
+    m.record('DeadLetters', 'Count', summary.stats.deadLetters);
+    m.record('BlockedAggregates', 'Count', summary.stats.blockedAggregates);
+  }
+}
