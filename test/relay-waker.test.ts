@@ -1,7 +1,9 @@
 // Wake on commit through a real Lambda invoke: MiniStack runs a function
 // (no Docker) that reports to a local HTTP server when it starts, and the
 // waker invokes it asynchronously, debounced. This file starts its own
-// MiniStack, whatever emulator the rest of the run uses.
+// MiniStack, whatever emulator the rest of the run uses. Then a real Lambda
+// client against endpoints that hang, refuse or throttle: a wake keeps its
+// commit waiting 50 ms at most, and wakes back off after a failure.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -10,8 +12,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { CreateFunctionCommand, GetFunctionCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrate } from '../lib/db/migrate.js';
 import { ConfigError } from '../lib/errors.js';
-import { createRelayWaker } from '../lib/outbox/relay-waker.js';
+import { createRelayWaker, type RelayWaker } from '../lib/outbox/relay-waker.js';
 import { WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { type StackEmulator, startStackEmulator } from '../scripts/local/aws-emulator.js';
 import { useTestDatabase } from './support/database.js';
@@ -90,7 +93,14 @@ afterAll(async () => {
 describe('createRelayWaker', () => {
   it('invokes the relay asynchronously after a commit, once for a burst of commits, again after a quiet spell', async () => {
     let clock = 0;
-    const waker = createRelayWaker({ functionName: FUNCTION, lambda, keepAliveMs: 2_000, now: () => clock });
+    // waitMs: each wake waits for Lambda's answer, so its outcome is definite.
+    const waker = createRelayWaker({
+      functionName: FUNCTION,
+      lambda,
+      keepAliveMs: 2_000,
+      waitMs: 10_000,
+      now: () => clock,
+    });
     const sentAt = Date.now();
     // Five commits within the keep-alive: one relay is woken and kept alive by them.
     const outcomes = [];
@@ -119,31 +129,78 @@ describe('createRelayWaker', () => {
     expect(starts).toHaveLength(2);
   }, 90_000);
 
-  it('with the database: no invoke while a relay holds a slot; one per commit while none does', async () => {
-    const waker = createRelayWaker({ functionName: FUNCTION, lambda, db: db.pool });
-    await db.pool.query('TRUNCATE outbox_relay_slots');
+  it('with the database: one invoke between producers while no relay holds a slot, none while one does, again once a relay took or let go of its slot', async () => {
+    // Two producer processes, each with its waker; the woken relay's start
+    // (a cold start) may take up to 1.5 s.
+    const wakers = [0, 1].map(() =>
+      createRelayWaker({ functionName: FUNCTION, lambda, db: db.pool, startGraceMs: 1_500, waitMs: 10_000 }),
+    );
+    const [a, b] = wakers as [RelayWaker, RelayWaker];
+    const invocations = () => a.invocations + b.invocations;
+    await db.pool.query('TRUNCATE outbox_relay_slots, outbox_relay_wake');
     const before = starts.length;
-    // No relay running: every commit wakes one (no per-process debounce).
-    await waker.wake();
-    await waker.wake();
-    expect(waker.invocations).toBe(2);
-    await until(() => starts.length >= before + 2, 30_000);
-    expect(starts).toHaveLength(before + 2);
-    // A relay holds a slot: it takes the events; nothing is invoked.
+    // No relay running: the first commit wakes one; the next, from either
+    // producer, find it starting.
+    expect(await a.wake()).toBe('invoked');
+    expect([await b.wake(), await a.wake(), await b.wake()]).toEqual(['debounced', 'debounced', 'debounced']);
+    expect(invocations()).toBe(1);
+    await until(() => starts.length >= before + 1, 30_000);
+    // A relay takes a slot: it takes the events; nothing is invoked.
     await db.pool.query(
       "INSERT INTO outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute')",
     );
-    for (let i = 0; i < 5; i++) expect(await waker.wake()).toBe('relay-running');
-    expect(waker.invocations).toBe(2);
-    expect(waker.skippedWhileRunning).toBe(5);
-    // Its time is up (it died): a slot past its time holds nothing.
+    for (let i = 0; i < 5; i++) expect(await wakers[i % 2]?.wake()).toBe('relay-running');
+    expect(a.skippedWhileRunning + b.skippedWhileRunning).toBe(5);
+    // It dies (its time is up): a slot past its time holds nothing, and the
+    // relay's taking the slot ended the start's window: the next commit wakes one.
     await db.pool.query("UPDATE outbox_relay_slots SET held_until = now() - interval '1 second'");
-    await waker.wake();
-    expect(waker.invocations).toBe(3);
-    // Its start comes here, not during the next test.
-    await until(() => starts.length >= before + 3, 30_000);
-    expect(starts).toHaveLength(before + 3);
+    expect(await b.wake()).toBe('invoked');
+    expect(invocations()).toBe(2);
+    // This relay never takes a slot (the probe does not): wakes invoke
+    // nothing for the start's window only, then one wakes it again.
+    const silencedAt = Date.now();
+    expect(await a.wake()).toBe('debounced');
+    await new Promise((r) => setTimeout(r, Math.max(0, silencedAt + 1_600 - Date.now())));
+    expect(await a.wake()).toBe('invoked');
+    expect(invocations()).toBe(3);
+    // A relay that lets its slot go (it leaves) ends the window too.
+    await db.pool.query(
+      "INSERT INTO outbox_relay_slots VALUES (1, gen_random_uuid(), now() + interval '1 minute')",
+    );
+    expect(await a.wake()).toBe('relay-running');
+    await db.pool.query('DELETE FROM outbox_relay_slots WHERE slot = 1');
+    expect(await b.wake()).toBe('invoked');
+    expect(invocations()).toBe(4);
+    // Their starts come here, not during the next test.
+    await until(() => starts.length >= before + 4, 30_000);
+    expect(starts).toHaveLength(before + 4);
   }, 90_000);
+
+  it('in a schema of its own (migrate --schema): wakes share their marker there, and a relay taking a slot there ends the window', async () => {
+    await migrate({ databaseUrl: db.url, schema: 'wake_schema' });
+    const marker = async () => (await db.pool.query('SELECT woken_at FROM outbox_relay_wake')).rows;
+    const defaultMarker = await marker();
+    const waker = createRelayWaker({
+      functionName: FUNCTION,
+      lambda,
+      db: db.pool, // its search_path does not name the schema
+      schema: 'wake_schema',
+      waitMs: 10_000,
+    });
+    const before = starts.length;
+    expect(await waker.wake()).toBe('invoked');
+    expect(await waker.wake()).toBe('debounced');
+    await db.pool.query(
+      `INSERT INTO "wake_schema".outbox_relay_slots VALUES (0, gen_random_uuid(), now() + interval '1 minute')`,
+    );
+    expect(await waker.wake()).toBe('relay-running');
+    await db.pool.query('DELETE FROM "wake_schema".outbox_relay_slots');
+    expect(await waker.wake()).toBe('invoked');
+    // The default schema's marker was not touched.
+    expect(await marker()).toEqual(defaultMarker);
+    await until(() => starts.length >= before + 2, 30_000);
+    expect(starts).toHaveLength(before + 2);
+  }, 60_000);
 
   it('a look at the slots that fails wakes the relay anyway, and says so', async () => {
     const log = captureLogger();
@@ -153,6 +210,7 @@ describe('createRelayWaker', () => {
       lambda,
       db: db.pool,
       schema: 'no_such_schema',
+      waitMs: 10_000,
       logger: log.logger,
     });
     const before = starts.length;
@@ -164,15 +222,25 @@ describe('createRelayWaker', () => {
     expect(starts).toHaveLength(before + 1);
   }, 60_000);
 
-  it('a wake that fails is logged, never thrown, and the next commit tries again', async () => {
+  it('a wake that fails is logged, never thrown; the next wakes back off, then one tries again', async () => {
     const log = captureLogger();
-    const waker = createRelayWaker({ functionName: 'no-such-function', lambda, logger: log.logger });
+    let clock = 0;
+    const waker = createRelayWaker({
+      functionName: 'no-such-function',
+      lambda,
+      waitMs: 10_000,
+      logger: log.logger,
+      now: () => clock,
+    });
     await expect(waker.wake()).resolves.toBe('failed');
+    clock += 900;
+    await expect(waker.wake()).resolves.toBe('backing-off');
+    clock += 200;
     await expect(waker.wake()).resolves.toBe('failed');
     expect(waker.invocations).toBe(2);
-    expect(log.lines.map((l) => [l.level, l.message])).toEqual([
-      ['warn', 'could not wake the relay; the schedule will publish the events'],
-      ['warn', 'could not wake the relay; the schedule will publish the events'],
+    expect(log.lines.map((l) => [l.level, l.message, l.extra.backoff_ms])).toEqual([
+      ['warn', 'could not wake the relay; the schedule will publish the events', 1_000],
+      ['warn', 'could not wake the relay; the schedule will publish the events', 2_000],
     ]);
     expect(String(log.lines[0]?.extra.error)).toMatch(/ResourceNotFound|not found|Function not found/i);
   });
@@ -180,5 +248,126 @@ describe('createRelayWaker', () => {
   it('refuses to be built without a function name', () => {
     expect(() => createRelayWaker({ functionName: '' })).toThrow(ConfigError);
     expect(() => createRelayWaker({ functionName: 'relay', keepAliveMs: -1 })).toThrow(/keepAliveMs/);
+    expect(() => createRelayWaker({ functionName: 'relay', waitMs: Number.NaN })).toThrow(/waitMs/);
   });
+});
+
+/** A local endpoint for a real Lambda client: one that never answers, or answers 429. */
+async function endpoint(
+  kind: 'hung' | 'throttled',
+): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    requests++;
+    req.resume();
+    if (kind === 'hung') return; // accepts, reads, never answers
+    res.writeHead(429, {
+      'content-type': 'application/json',
+      'x-amzn-errortype': 'TooManyRequestsException',
+    });
+    res.end(
+      JSON.stringify({
+        Type: 'User',
+        message: 'Rate Exceeded.',
+        Reason: 'ReservedFunctionConcurrentInvocationLimitExceeded',
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests: () => requests,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** A port nothing listens on: connections are refused. */
+async function refusedEndpoint(): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return { url: `http://127.0.0.1:${port}`, requests: () => 0, close: async () => {} };
+}
+
+/** What a wake may add to a commit: 50 ms, and an allowance for a loaded machine. */
+const WAKE_BUDGET_MS = 50 + 100;
+
+describe('a Lambda endpoint that fails', () => {
+  it.each([
+    ['hangs', () => endpoint('hung')],
+    ['refuses connections', refusedEndpoint],
+    ['throttles (429 TooManyRequestsException)', () => endpoint('throttled')],
+  ])(
+    'that %s: each wake returns within 50 ms, and after the failure wakes back off, doubling',
+    async (_, start) => {
+      const target = await start();
+      // A real client, as the waker builds one (two attempts).
+      const client = new LambdaClient({
+        endpoint: target.url,
+        region: 'us-east-1',
+        credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+        maxAttempts: 2,
+      });
+      const log = captureLogger();
+      let clock = 0;
+      const waker = createRelayWaker({
+        functionName: 'relay',
+        lambda: client,
+        timeoutMs: 1_000,
+        logger: log.logger,
+        now: () => clock,
+      });
+      let slowestMs = 0;
+      let wakes = 0;
+      /** A wake, which must not keep its commit waiting. */
+      const timed = async () => {
+        const started = performance.now();
+        const outcome = await waker.wake();
+        const ms = performance.now() - started;
+        slowestMs = Math.max(slowestMs, ms);
+        wakes++;
+        expect(ms).toBeLessThan(WAKE_BUDGET_MS);
+        return outcome;
+      };
+      try {
+        expect(['in-flight', 'failed']).toContain(await timed());
+        // The Invoke fails in the background (its timeout, at the latest);
+        // meanwhile a commit's wake does not start another.
+        while (log.lines.length === 0) {
+          expect(await timed()).toBe('in-flight');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        expect(log.lines.map((l) => [l.message, l.extra.backoff_ms])).toEqual([
+          ['could not wake the relay; the schedule will publish the events', 1_000],
+        ]);
+        expect(waker.invocations).toBe(1);
+        const requests = target.requests();
+        // Backing off: no Invoke, and nothing sent.
+        for (let i = 0; i < 5; i++) {
+          clock += 150;
+          expect(await timed()).toBe('backing-off');
+        }
+        expect(waker.invocations).toBe(1);
+        expect(target.requests()).toBe(requests);
+        // The backoff over, a wake tries again; it fails, and the next backoff is twice as long.
+        clock += 1_000;
+        expect(['in-flight', 'failed']).toContain(await timed());
+        expect(waker.invocations).toBe(2);
+        while (log.lines.length < 2) await new Promise((r) => setTimeout(r, 50));
+        expect(log.lines[1]?.extra.backoff_ms).toBe(2_000);
+        clock += 1_500;
+        expect(await timed()).toBe('backing-off');
+        expect(waker.invocations).toBe(2);
+        console.log(`a Lambda endpoint that ${_}: slowest of ${wakes} wakes ${Math.round(slowestMs)} ms`);
+      } finally {
+        client.destroy();
+        await target.close();
+      }
+    },
+    30_000,
+  );
 });

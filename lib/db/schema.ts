@@ -15,6 +15,7 @@ export interface OutboxTables {
   readonly aggregateLocks: string;
   readonly replays: string;
   readonly relaySlots: string;
+  readonly relayWake: string;
   readonly deadLettersView: string;
   readonly discardedView: string;
 }
@@ -81,6 +82,7 @@ export function outboxTables(schema?: string): OutboxTables {
       aggregateLocks: name('outbox_aggregate_locks'),
       replays: name('outbox_replays'),
       relaySlots: name('outbox_relay_slots'),
+      relayWake: name('outbox_relay_wake'),
       deadLettersView: name('outbox_dead_letters'),
       discardedView: name('outbox_discarded_events'),
     });
