@@ -197,14 +197,9 @@ describe('relay slots', () => {
     expect(await drainQueue(aws.sqs, url, 3)).toHaveLength(3);
   }, 30_000);
 
-  it('readyBacklog counts ready events up to its bound and the age of the oldest', async () => {
+  it('readyBacklog counts ready events up to its bound', async () => {
     await insertEvents(db.pool, 30);
-    await db.pool.query(
-      "UPDATE outbox_events SET created_at = now() - interval '20 seconds' WHERE seq = (SELECT min(seq) FROM outbox_events)",
-    );
-    const backlog = await readyBacklog(db.pool, { upTo: 25 });
-    expect(backlog.ready).toBe(25);
-    expect(backlog.oldestMs).toBeGreaterThanOrEqual(19_000);
+    expect(await readyBacklog(db.pool, { upTo: 25 })).toEqual({ ready: 25 });
     expect(await readyBacklog(db.pool, { upTo: 100 })).toMatchObject({ ready: 30 });
   });
 

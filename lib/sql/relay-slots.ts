@@ -74,16 +74,11 @@ const sql = perSchema((t) => ({
       WHERE retry_after IS NOT NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
         AND retry_after <= now() + $1::float8 * interval '1 millisecond') AS due`,
   BACKLOG: `
-    SELECT (SELECT count(*) FROM (
-              SELECT 1 FROM ${t.events}
-              WHERE retry_after IS NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
-                AND (locked_until IS NULL OR locked_until < now())
-              LIMIT $1) r)::int AS ready,
-           coalesce((
-              SELECT extract(epoch FROM now() - coalesce(replayed_at, created_at)) * 1000 FROM ${t.events}
-              WHERE retry_after IS NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
-                AND (locked_until IS NULL OR locked_until < now())
-              ORDER BY seq LIMIT 1), 0)::float8 AS oldest_ms`,
+    SELECT count(*)::int AS ready FROM (
+      SELECT 1 FROM ${t.events}
+      WHERE retry_after IS NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
+        AND (locked_until IS NULL OR locked_until < now())
+      LIMIT $1) r`,
 }));
 
 /**
@@ -215,18 +210,18 @@ export async function relayIsSurplus(
 }
 
 /**
- * What is waiting to go out now: ready events (never failed or released, not
- * under a live lease), counted up to `upTo`, and the age of the oldest of
- * them. Both read outbox_events_ready in seq order and stop early, so the
- * check costs what it looks for, not the backlog. Retries waiting out their
- * backoff do not count: more relays would not send them sooner.
+ * Ready events (never failed or released, not under a live lease), counted
+ * up to `upTo`: read from outbox_events_ready in seq order, stopping early,
+ * so the check costs what it looks for, not the backlog. Retries waiting
+ * out their backoff do not count: more relays would not send them sooner.
+ * (How far behind the relay is comes from its claims: scale-policy.ts.)
  */
 export async function readyBacklog(
   db: Queryable,
   options: { upTo: number; schema?: string | undefined },
-): Promise<{ ready: number; oldestMs: number }> {
+): Promise<{ ready: number }> {
   const { rows } = await db.query(sql(options.schema).BACKLOG, [options.upTo]);
-  return { ready: rows[0].ready, oldestMs: Math.max(0, rows[0].oldest_ms) };
+  return { ready: rows[0].ready };
 }
 
 /**
