@@ -46,7 +46,7 @@ export interface RelayConfig {
  *   unset: it polls to its time budget)
  * - `OUTBOX_MAX_RELAYS` (scale out: relays at once, each holding a slot of `outbox_relay_slots`;
  *   unset: no slots, no scale-out), `OUTBOX_SCALE_OUT_BACKLOG` (ready events that start more,
- *   default 1,000), `OUTBOX_SCALE_OUT_AGE_MS` (or the age of the oldest ready event, default 10 s),
+ *   default 1,000), `OUTBOX_SCALE_OUT_AGE_MS` (or the relay's claims running this far behind: the age of the oldest event a claim took, default 10 s),
  *   `OUTBOX_SCALE_OUT_PARK_MS` (relays that did not raise the rate: their slots stay closed this
  *   long, default 5 minutes),
  *   `OUTBOX_SLOT_ALIVE_MS` (a slot not renewed for this long is free: a relay killed mid-run stops

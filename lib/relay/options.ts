@@ -70,7 +70,11 @@ export interface RelayOptions {
   maxRelays?: number | null;
   /** Ready events at which a run starts more relays (with `maxRelays`). Default 1,000. */
   scaleOutBacklog?: number;
-  /** Age of the oldest ready event at which a run starts more relays (with `maxRelays`). Default 10 s. */
+  /**
+   * Lag at which a run starts more relays (with `maxRelays`): the age of the
+   * oldest event its last claim took, so rows nobody may claim (behind a
+   * dead letter or a held head) never count. Default 10 s.
+   */
   scaleOutAgeMs?: number;
   /**
    * Measured scale out (with `maxRelays`): when the relays a run started did
