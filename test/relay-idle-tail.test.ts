@@ -74,6 +74,32 @@ describe('the idle tail', () => {
     expect(await drainQueue(aws.sqs, url, written)).toHaveLength(written);
   }, 60_000);
 
+  it('a woken run waits no longer than a new start costs (ski rental), a run of the schedule its whole tail', async () => {
+    const { routes, url } = await routesToNewQueue();
+    await db.pool.query('TRUNCATE outbox_relay_slots');
+    const options = { idleTailMs: 1_000, idleWaitMs: 20, maxRelays: 2 };
+    const { relay } = emulatorRelay(db.pool, aws, routes, options);
+    await insertEvents(db.pool, 1);
+    // 24 ms: Lambda's request price at 512 MB, plus the run's own start work.
+    const t0 = performance.now();
+    const woken = await relay.run({
+      remainingMs: budget(60_000),
+      skipStats: true,
+      woken: true,
+      startPriceMs: 24,
+    });
+    const wokenMs = performance.now() - t0;
+    expect(woken).toMatchObject({ stoppedBecause: 'idle', published: 1 });
+    // Its tail ~50 ms and a start; the configured tail alone is 1 s.
+    expect(wokenMs).toBeLessThan(700);
+    await insertEvents(db.pool, 1);
+    const t1 = performance.now();
+    const ticked = await relay.run({ remainingMs: budget(60_000), skipStats: true });
+    expect(ticked).toMatchObject({ stoppedBecause: 'idle', published: 1 });
+    expect(performance.now() - t1).toBeGreaterThanOrEqual(1_000);
+    expect(await drainQueue(aws.sqs, url, 2)).toHaveLength(2);
+  }, 30_000);
+
   it('leaveIfEmpty: a run whose first claim finds nothing returns at once, without the tail', async () => {
     const { routes } = await routesToNewQueue();
     const { relay } = emulatorRelay(db.pool, aws, routes, { idleTailMs: 3_000, idleWaitMs: 100, workers: 3 });

@@ -18,7 +18,7 @@ import {
 } from './report.js';
 import { drain, type LoopDeps } from './run-loop.js';
 import type { RunOptions } from './run-options.js';
-import { afterLook, exitStep, MIN_RUN_MS } from './scale-policy.js';
+import { afterLook, exitStep, MIN_RUN_MS, wokenIdleTail } from './scale-policy.js';
 import { type HeldSlot, Scaler } from './scaler.js';
 import { WaitingSummary } from './waiting.js';
 
@@ -105,7 +105,9 @@ export class Relay {
   async run(run: RunOptions): Promise<RelaySummary> {
     const maxRelays = this.options.maxRelays;
     if (maxRelays === null) return drain(this.loop, run);
-    const elastic = (run.idleTailMs ?? this.options.idleTailMs) !== null;
+    const runStartedAt = performance.now();
+    const configuredTail = run.idleTailMs ?? this.options.idleTailMs;
+    const elastic = configuredTail !== null;
     const { db } = this.deps;
     const options = this.options;
     if (run.deferToRunning && elastic) {
@@ -131,9 +133,21 @@ export class Relay {
       return busySummary();
     }
     held.slot = slot;
+    const tail =
+      run.woken && configuredTail !== null
+        ? wokenIdleTail({
+            configuredMs: configuredTail,
+            startPriceMs: run.startPriceMs ?? 0,
+            startWorkMs: performance.now() - runStartedAt,
+          })
+        : run.idleTailMs;
     let summary: RelaySummary;
     try {
-      summary = await drain(this.loop, run, { scaler, held });
+      summary = await drain(
+        this.loop,
+        { ...run, ...(tail === undefined ? {} : { idleTailMs: tail }) },
+        { scaler, held, retryTailMs: configuredTail },
+      );
     } finally {
       await releaseRelaySlot(db, slot, held.holder, options.schema).catch((error) =>
         // It frees itself when the run's budget ends.

@@ -36,7 +36,7 @@ export interface LoopDeps {
 export async function drain(
   deps: LoopDeps,
   run: RunOptions,
-  slot?: { scaler: Scaler; held: HeldSlot },
+  slot?: { scaler: Scaler; held: HeldSlot; retryTailMs?: number | null | undefined },
 ): Promise<RelaySummary> {
   const { options, logger, pipeline } = deps;
   const started = performance.now();
@@ -58,6 +58,9 @@ export async function drain(
   // The idle tail: when any worker last found work (or the run started).
   let lastWorkAt = performance.now();
   const tailMs = run.idleTailMs ?? options.idleTailMs;
+  // A woken run's tail is short (what a new start costs), but it stays for
+  // a retry due within the relay's own tail, as any run does.
+  const retryTailMs = slot?.retryTailMs ?? tailMs;
   // Scale in (relays that return when idle, with slots): when a claim last
   // came back full, and when this run last asked whether it is surplus.
   const scalesIn = slot !== undefined && tailMs !== null && (options.maxRelays ?? 1) > 1;
@@ -191,7 +194,7 @@ export async function drain(
       await observe(report);
       if (leaveIfEmpty && total.batches === 0 && report.claimed === 0) {
         // A retry due within the tail keeps the run (with its tail) for it.
-        if (await retryDue(tailMs ?? 0)) lastWorkAt = performance.now();
+        if (await retryDue(retryTailMs ?? 0)) lastWorkAt = performance.now();
         else {
           stoppedBecause = 'idle';
           stop = true;
@@ -207,7 +210,7 @@ export async function drain(
         // Scale to zero: nothing found by any worker for the whole tail.
         if (tailMs !== null && performance.now() - lastWorkAt >= tailMs) {
           // Not while a retry comes due within another tail: it would wait for the schedule.
-          if (await retryDue(tailMs)) {
+          if (await retryDue(retryTailMs ?? tailMs)) {
             lastWorkAt = performance.now();
           } else {
             stoppedBecause = 'idle';

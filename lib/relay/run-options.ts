@@ -25,6 +25,19 @@ export interface RunOptions {
    * by the schedule; not for runs started for a backlog.
    */
   deferToRunning?: boolean;
+  /**
+   * A producer woke this run (`createRelayWaker`). With slots and an idle
+   * tail, its tail is what a new start costs (scale-policy.ts,
+   * wokenIdleTail), at most the relay's `idleTailMs`: producers wake the
+   * next run when more comes.
+   */
+  woken?: boolean;
+  /**
+   * What starting a run costs besides its database work, in ms of this
+   * run's time: Lambda's request price over this function's GB-s price
+   * (the handler computes it from its memory). Default 0.
+   */
+  startPriceMs?: number;
   abortSignal?: AbortSignal;
   /** Skip the closing outbox stats query. */
   skipStats?: boolean;

@@ -18,6 +18,8 @@ export const PROBE_JOIN_MS = 10_000;
 export const SCALE_IN_MS = 5_000;
 /** ...and one whose claim found nothing after it had found work asks at most this often. */
 export const SCALE_IN_EMPTY_CHECK_MS = 1_000;
+/** A woken run's shortest idle tail: a poll or two. */
+export const MIN_WOKEN_TAIL_MS = 20;
 /** The least time left for a leaving run to take events that came as it left, instead of a successor. */
 export const MIN_RUN_MS = 5_000;
 
@@ -211,4 +213,25 @@ export function afterLook(o: {
   if (o.claimed === undefined) return o.readyLeft ? 'successor' : 'return';
   if (o.claimed === 0) return 'return';
   return o.timeLeftMs >= MIN_RUN_MS ? 'rerun' : 'successor';
+}
+
+/**
+ * A woken run's idle tail, by the ski-rental rule: wait for more work no
+ * longer than a new start would cost, so that whatever the gaps between
+ * events, the run never pays more than twice what hindsight would have.
+ * A new start costs the invocation's price (`startPriceMs`: Lambda's
+ * request price in ms of this function's GB-s) and the database work of a
+ * start and of a leave (`startWorkMs`: look at the slots and take one; let
+ * it go, look once more: about the same again). Never more than the
+ * configured tail, never less than a poll or two. Runs not woken by a
+ * producer keep the configured tail: without producers' wakes the next
+ * event would wait for the schedule.
+ */
+export function wokenIdleTail(o: {
+  configuredMs: number;
+  startPriceMs: number;
+  startWorkMs: number;
+}): number {
+  const startCostMs = o.startPriceMs + 2 * o.startWorkMs;
+  return Math.round(Math.min(o.configuredMs, Math.max(MIN_WOKEN_TAIL_MS, startCostMs)));
 }

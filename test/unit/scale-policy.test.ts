@@ -7,6 +7,7 @@ import {
   exitStep,
   isSurplus,
   MIN_RUN_MS,
+  MIN_WOKEN_TAIL_MS,
   measureStep,
   PROBE_CHECK_MS,
   PROBE_JOIN_MS,
@@ -17,6 +18,7 @@ import {
   SCALE_IN_EMPTY_CHECK_MS,
   SCALE_IN_MS,
   scaleInTrigger,
+  wokenIdleTail,
 } from '../../lib/relay/scale-policy.js';
 
 const thresholds = { scaleOutBacklog: 1_000, scaleOutAgeMs: 10_000 };
@@ -248,5 +250,33 @@ describe('leaving', () => {
     ],
   ] as const)('after the look: %s', (_, o, step) => {
     expect(afterLook(o)).toBe(step);
+  });
+});
+
+describe('wokenIdleTail (ski rental)', () => {
+  it.each([
+    [
+      '512 MB: the request price (24 ms) and twice the start work (8 ms)',
+      { configuredMs: 1_000, startPriceMs: 24, startWorkMs: 8 },
+      40,
+    ],
+    [
+      '256 MB: the request weighs twice as much',
+      { configuredMs: 1_000, startPriceMs: 48, startWorkMs: 8 },
+      64,
+    ],
+    [
+      'a slow start (a busy database) waits longer',
+      { configuredMs: 1_000, startPriceMs: 24, startWorkMs: 200 },
+      424,
+    ],
+    ['never past the configured tail', { configuredMs: 300, startPriceMs: 24, startWorkMs: 500 }, 300],
+    [
+      'outside Lambda, a start that costs nothing: a poll or two',
+      { configuredMs: 1_000, startPriceMs: 0, startWorkMs: 1 },
+      MIN_WOKEN_TAIL_MS,
+    ],
+  ])('%s', (_, o, tail) => {
+    expect(wokenIdleTail(o)).toBe(tail);
   });
 });
