@@ -28,7 +28,7 @@ import { startLocalAws, useLocalAwsEnv } from '../scripts/local/aws-emulator.js'
 import { dropDatabase, ensureDatabase, startLocalPostgres } from '../scripts/local/postgres.js';
 import { insertBacklog } from './backlog.js';
 import { baselineBatch } from './baseline.js';
-import { claimMs } from './claim-ms.js';
+import { claimMs, claimMsPaired, settleOrdered } from './claim-ms.js';
 import { DEPLOYED_RELAY } from './relay-child.js';
 
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 100_000);
@@ -392,6 +392,84 @@ await fresh.query(
 const claimOrderedHeldFresh = await claimMs(fresh, { ordered: true });
 await fresh.query('VACUUM ANALYZE outbox_events');
 const claimOrderedHeld = await claimMs(fresh, { ordered: true });
+
+// The shapes that used to send the ordered claim to a probe of every
+// aggregate (issue 33, F1), with 100,000 aggregates each. Each is measured
+// twice: as written (`first`: every measured claim would park what fills its
+// second look, and is rolled back) and after the relay's own claims have
+// parked it (settleOrdered), the state a relay lives in. The ratio keys are
+// the worst variant of the settled state over the empty claim, measured in
+// turns with it; `_first_ratio`, the same before any parking.
+const AGGREGATES = 100_000;
+async function heldHeads(tail: 'held back' | 'older relay') {
+  await fresh.query('TRUNCATE outbox_events');
+  await fresh.query(
+    `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, attempts, waiting_for)
+     SELECT gen_random_uuid(), 'order', 'order-' || g, 'order.created', jsonb_build_object('n', g),
+            now() + interval '1 hour', 1, ARRAY['sqs:orders']
+     FROM generate_series(1, $1) g`,
+    [AGGREGATES],
+  );
+  // One event held back behind each head: complete-batch writes no
+  // retry_after; a relay before it wrote retry_after = now().
+  await fresh.query(
+    `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, last_error)
+     SELECT gen_random_uuid(), 'order', 'order-' || g, 'order.created', jsonb_build_object('n', g),
+            CASE WHEN $2 THEN now() END, 'held back behind an earlier event of its aggregate'
+     FROM generate_series(1, $1) g`,
+    [AGGREGATES, tail === 'older relay'],
+  );
+}
+const healthy = (count: number, prefix: string) =>
+  fresh.query(
+    `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+     SELECT gen_random_uuid(), 'order', $2 || g, 'order.created', jsonb_build_object('n', g)
+     FROM generate_series(1, $1) g`,
+    [count, prefix],
+  );
+// The empty claim again, in turns with each shape's (claimMsPaired): on a
+// shared machine both then see the same load.
+await pool.query('TRUNCATE outbox_events');
+await fillBacklog(1000);
+async function shape(name: string, build: () => Promise<unknown>, keep = '') {
+  await build();
+  await fresh.query('VACUUM ANALYZE outbox_events');
+  const first = await claimMsPaired(fresh, pool, 50);
+  const settleClaims = await settleOrdered(fresh, keep);
+  await fresh.query('VACUUM ANALYZE outbox_events');
+  const settled = await claimMsPaired(fresh, pool);
+  log(
+    `  ${name}: first ${first[0].toFixed(2)} ms, settled ${settled[0].toFixed(2)} ms after ${settleClaims} claims` +
+      ` (empty claim meanwhile ${first[1].toFixed(2)}, ${settled[1].toFixed(2)} ms)`,
+  );
+  return { first: first[0] / first[1], settled: settled[0] / settled[1], ms: settled[0] };
+}
+log(
+  'claim_ms.ordered_tails_100k: held heads with an event held back behind each, with and without 500 healthy',
+);
+const tails = await shape('tails', () => heldHeads('held back'));
+const tailsHealthy = await shape('tails + 500 healthy', async () => {
+  await heldHeads('held back');
+  await healthy(500, 'healthy-');
+});
+log('claim_ms.ordered_hot_front: 5,000 events of one aggregate in front of 100,000 others');
+async function hotFront(leased: boolean) {
+  await fresh.query('TRUNCATE outbox_events');
+  await healthy(5_000, 'hot-');
+  await fresh.query(`UPDATE outbox_events SET aggregate_id = $1`, [leased ? 'hot-leased' : 'hot']);
+  await healthy(AGGREGATES, 'order-');
+  // Another relay holds the hot aggregate's head.
+  if (leased) {
+    await fresh.query(
+      `UPDATE outbox_events SET locked_until = now() + interval '1 hour', locked_by = gen_random_uuid(), attempts = 1
+       WHERE seq = (SELECT min(seq) FROM outbox_events)`,
+    );
+  }
+}
+const hot = await shape('hot front, one relay', () => hotFront(false));
+const hotLeased = await shape('hot front, head leased by another relay', () => hotFront(true), 'hot-leased');
+log('claim_ms.ordered_upgraded: held-back rows an older relay left mid-outage (retry_after = now())');
+const upgraded = await shape('upgraded mid-outage', () => heldHeads('older relay'));
 await fresh.end();
 await dropDatabase(postgres.adminUrl, 'outbox_bench_fresh');
 
@@ -407,6 +485,17 @@ const claim = {
   ordered_held_100k: +claimOrderedHeld.toFixed(3),
   ordered_held_100k_ratio: +(claimOrderedHeld / claimEmpty).toFixed(2),
   ordered_held_100k_unanalyzed: +claimOrderedHeldFresh.toFixed(3),
+  ordered_tails_100k: +tails.ms.toFixed(3),
+  ordered_tails_100k_healthy: +tailsHealthy.ms.toFixed(3),
+  ordered_tails_100k_ratio: +Math.max(tails.settled, tailsHealthy.settled).toFixed(2),
+  ordered_tails_100k_first_ratio: +Math.max(tails.first, tailsHealthy.first).toFixed(2),
+  ordered_hot_front: +hot.ms.toFixed(3),
+  ordered_hot_front_leased: +hotLeased.ms.toFixed(3),
+  ordered_hot_front_ratio: +Math.max(hot.settled, hotLeased.settled).toFixed(2),
+  ordered_hot_front_first_ratio: +Math.max(hot.first, hotLeased.first).toFixed(2),
+  ordered_upgraded: +upgraded.ms.toFixed(3),
+  ordered_upgraded_ratio: +upgraded.settled.toFixed(2),
+  ordered_upgraded_first_ratio: +upgraded.first.toFixed(2),
 };
 
 const machine = {
@@ -458,6 +547,9 @@ const targets: Array<[string, number | undefined, string, number]> = [
   ['claim_ms.ordered_fresh_ratio', results.claim_ms.ordered_fresh_ratio, '<=', 3],
   ['claim_ms.ordered_blocked_ratio', results.claim_ms.ordered_blocked_ratio, '<=', 3],
   ['claim_ms.ordered_held_100k_ratio', results.claim_ms.ordered_held_100k_ratio, '<=', 3],
+  ['claim_ms.ordered_tails_100k_ratio', results.claim_ms.ordered_tails_100k_ratio, '<=', 3],
+  ['claim_ms.ordered_hot_front_ratio', results.claim_ms.ordered_hot_front_ratio, '<=', 3],
+  ['claim_ms.ordered_upgraded_ratio', results.claim_ms.ordered_upgraded_ratio, '<=', 3],
   ['rss_mb', results.rss_mb, '<=', 150],
 ];
 console.log(
@@ -480,6 +572,9 @@ const extra: Array<[string, number | undefined]> = [
   ['claim_ms.ordered_blocked_unanalyzed', results.claim_ms.ordered_blocked_unanalyzed],
   ['claim_ms.ordered_held_100k', results.claim_ms.ordered_held_100k],
   ['claim_ms.ordered_held_100k_unanalyzed', results.claim_ms.ordered_held_100k_unanalyzed],
+  ['claim_ms.ordered_tails_100k_first_ratio', results.claim_ms.ordered_tails_100k_first_ratio],
+  ['claim_ms.ordered_hot_front_first_ratio', results.claim_ms.ordered_hot_front_first_ratio],
+  ['claim_ms.ordered_upgraded_first_ratio', results.claim_ms.ordered_upgraded_first_ratio],
 ];
 for (const [name, value, op, target] of targets) {
   if (value === undefined) continue;
