@@ -37,7 +37,9 @@ async function wakeRelay(changed: number): Promise<WakeOutcome | 'not-needed' | 
   const functionName = process.env.OUTBOX_RELAY_FUNCTION;
   if (changed === 0) return 'not-needed';
   if (!functionName) return 'not-configured';
-  waker ??= createRelayWaker({ functionName, db: await getPool(), schema, logger });
+  // An operator's call, not a commit: it may wait for the Invoke to be accepted
+  // (so the response says `invoked`, and nothing is left in flight when the function freezes).
+  waker ??= createRelayWaker({ functionName, db: await getPool(), schema, logger, waitMs: 2_000 });
   return waker.wake();
 }
 

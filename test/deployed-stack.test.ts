@@ -426,6 +426,8 @@ describe('the elastic relay (relayMode elastic, maxRelays 4)', () => {
       functionName: stack.functionName('relay'),
       lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
       db: db.pool,
+      // The test reads what the wake did: it waits for the Invoke's answer (a commit waits 40 ms at most).
+      waitMs: 2_000,
     });
     const noRelay = async () => {
       const { rows } = await db.pool.query(
