@@ -185,6 +185,33 @@ describe('redriveDeadLetters', () => {
     });
   });
 
+  it('a discard lifts the parks a claim put on the rows behind its dead letter: the aggregate goes at once', async () => {
+    const [dead] = await deadLetters(1, { aggregateId: () => 'parked' });
+    const behind = await insertEvents(db.pool, 2, () => ({ aggregateId: 'parked' }));
+    // As an ordered claim leaves a dead letter's tail when its look was capped (claim-ordered.ts).
+    await db.pool.query(
+      "UPDATE outbox_events SET parked_until = now() + interval '1 minute', retry_after = now() + interval '1 minute' WHERE id = ANY($1::uuid[])",
+      [behind],
+    );
+    const other = await insertEvents(db.pool, 1, () => ({ aggregateId: 'other' }));
+    await db.pool.query(
+      "UPDATE outbox_events SET parked_until = now() + interval '1 minute', retry_after = now() + interval '1 minute' WHERE id = ANY($1::uuid[])",
+      [other],
+    );
+    const result = await redriveDeadLetters(db.pool, { ids: [dead as string], action: 'discard' });
+    expect(result).toMatchObject({ discarded: 1 });
+    const { rows } = await db.pool.query(
+      'SELECT id, retry_after, parked_until FROM outbox_events WHERE id = ANY($1::uuid[]) ORDER BY seq',
+      [[...behind, ...other]],
+    );
+    expect(rows.slice(0, 2).map((r) => [r.retry_after, r.parked_until])).toEqual([
+      [null, null],
+      [null, null],
+    ]);
+    // Another aggregate's park is not the discard's business.
+    expect(rows[2].parked_until).not.toBeNull();
+  });
+
   it('two redrives at once reset each row exactly once', async () => {
     await deadLetters(200);
     const results = await Promise.all([

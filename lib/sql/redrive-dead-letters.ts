@@ -103,11 +103,22 @@ SET processed_at = now(),
     locked_until = NULL,
     locked_by = NULL`;
 
+// A claim may have parked the rows behind a dead letter (claim-ordered.ts,
+// "Parking": retry_after = parked_until, a minute at most): a discard lets
+// its aggregate go at once, so it lifts those parks in the same statement.
 const DISCARD = (t: OutboxTables) => `
-UPDATE ${t.events}${discardSet('$2')}
-WHERE id = ANY($1::uuid[])
-  AND dead_lettered_at IS NOT NULL
-RETURNING id`;
+WITH discarded AS (
+  UPDATE ${t.events}${discardSet('$2')}
+  WHERE id = ANY($1::uuid[])
+    AND dead_lettered_at IS NOT NULL
+  RETURNING id, aggregate_type, aggregate_id),
+unparked AS (
+  UPDATE ${t.events} e SET retry_after = NULL, parked_until = NULL
+  FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM discarded) d
+  WHERE e.aggregate_type = d.aggregate_type AND e.aggregate_id = d.aggregate_id
+    AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+    AND e.parked_until IS NOT NULL AND e.retry_after = e.parked_until)
+SELECT id FROM discarded`;
 
 /** Counts every dead letter matching `filter` (no limit). */
 export async function countDeadLetters(
