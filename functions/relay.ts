@@ -78,13 +78,15 @@ async function startRelays(count: number): Promise<void> {
 }
 
 /**
- * Lambda's price of a request in ms of a function's time at `memoryMb`:
- * $0.20 per million requests over $0.0000166667 per GB-second (x86; arm64's
- * GB-second is 20% cheaper, its request the same): 24 ms at 512 MB. A woken
- * relay waits for more work no longer than a new start costs, this included.
+ * Lambda's price of a request in ms of this function's time at `memoryMb`:
+ * $0.20 per million requests over the GB-second's price ($0.0000133334 on
+ * arm64, the template's architecture; $0.0000166667 on x86_64): 30 ms at
+ * 512 MB on arm64. A woken relay waits for more work no longer than a new
+ * start costs, this included (scale-policy.ts, wokenIdleTail).
  */
+const GB_SECOND_PRICE = process.arch === 'arm64' ? 0.0000133334 : 0.0000166667;
 const startPriceMs = (memoryMb: number) =>
-  Number.isFinite(memoryMb) && memoryMb > 0 ? (0.2e-6 / (0.0000166667 * (memoryMb / 1024))) * 1000 : 0;
+  Number.isFinite(memoryMb) && memoryMb > 0 ? (0.2e-6 / (GB_SECOND_PRICE * (memoryMb / 1024))) * 1000 : 0;
 
 /** The idle tail of a relay started for a backlog when the relay has none (always on). */
 const SCALE_OUT_IDLE_TAIL_MS = 3_000;
