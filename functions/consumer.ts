@@ -13,8 +13,8 @@ import { orderNotificationHandlers } from '../lib/example/order-notifications.js
 import { observability } from './shared/observability.js';
 
 // Cold start: validate config (a bad variable fails the init with its name).
-// The pool is built on first use because reading the database secret is
-// asynchronous; warm invocations reuse it.
+// The database secret is read and the pool's connection opened during the
+// init too, in the background (buildConsumer below); warm invocations reuse them.
 const consumerName = readVar(
   process.env,
   'CONSUMER_NAME',
@@ -50,7 +50,7 @@ async function buildConsumer(): Promise<Consumer> {
   // createConsumer guards the pool: a dropped idle connection is logged, not
   // an uncaught exception that would kill the runtime.
   const pool = new pg.Pool({ ...dbConfig, max: 1 });
-  return createConsumer({
+  const built = createConsumer({
     name: consumerName,
     pool,
     handlers: orderNotificationHandlers,
@@ -59,7 +59,29 @@ async function buildConsumer(): Promise<Consumer> {
     largePayloads,
     schema: schemaVar(process.env),
   });
+  // Open the connection now, not in the first record's transaction (which
+  // waits for it). If the database cannot be reached yet, the records try
+  // again and fail alone, as they would without this.
+  pool.connect().then(
+    (client) => client.release(),
+    (error: Error) => logger.warn('could not connect to the database yet', { error: String(error) }),
+  );
+  return built;
 }
+
+/** The consumer, set up once; a set-up that failed is tried again by the next invocation. */
+function consumerReady(): Promise<Consumer> {
+  consumer ??= buildConsumer().catch((error) => {
+    consumer = undefined; // retry the setup on the next invocation
+    throw error;
+  });
+  return consumer;
+}
+
+// Set up during the init: a cold start's first batch finds the secret read
+// and the connection open or on its way. A set-up that fails here is tried
+// again, and reported, by the first invocation.
+consumerReady().catch(() => {});
 
 /**
  * SQS-triggered (ReportBatchItemFailures): handles each record once per
@@ -67,14 +89,10 @@ async function buildConsumer(): Promise<Consumer> {
  * consumer cannot be set up; Lambda then retries the whole batch.
  */
 export async function consumerHandler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
-  consumer ??= buildConsumer().catch((error) => {
-    consumer = undefined; // retry the setup on the next invocation
-    throw error;
-  });
   // The time left bounds every record: a record stuck on a lock is cut off
   // (its statement_timeout is the time left minus the safety margin) and
   // retried alone, instead of the Lambda timeout failing the whole batch.
-  const result = await (await consumer).handleSqsEvent(event, {
+  const result = await (await consumerReady()).handleSqsEvent(event, {
     remainingMs: () => context.getRemainingTimeInMillis(),
   });
   metrics.addMetric('Processed', MetricUnit.Count, result.processed);

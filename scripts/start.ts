@@ -3,10 +3,11 @@
  * server, DATABASE_URL or embedded), MiniStack with IAM enforced, migrations,
  * the database secret, `serverless deploy --stage local` of serverless.yml as
  * it is, then a producer writing orders while the deployed functions do the
- * rest: the EventBridge schedule invokes the relay (and one asynchronous
- * invoke starts it at once), the bus rule feeds the consumer queue, the event
- * source mapping invokes the consumer. The live status reads the database and
- * the functions' own logs. Ctrl-C stops everything this started.
+ * rest: the EventBridge schedule invokes the relay, the bus rule feeds the
+ * consumer queue, the event source mapping invokes the consumer. Before the
+ * first order, the relay and the consumer are invoked once per execution
+ * environment they start with (the warm-up below). The live status reads the
+ * database and the functions' own logs. Ctrl-C stops everything this started.
  */
 import fs from 'node:fs';
 import { LambdaClient } from '@aws-sdk/client-lambda';
@@ -132,8 +133,38 @@ try {
   await cleanUp();
   process.exit(1);
 }
-// The schedule's first run comes a minute after the rule exists; start now.
-await invokeFunction(stack, 'relay', { source: 'npm-start', 'detail-type': 'Deploy' }, 'Event');
+// --- warm-up: each function's first invocations, before the first order ------
+// The schedule's first run comes a minute after the rule exists: run the
+// relay now, and wait for it, so that the first orders find it warm (its
+// bundle loaded, the secret read, its database connections open) instead of
+// waiting for a cold start, and the first wake does not start a second
+// relay beside a cold one. Two environments: the one that drains, and one
+// for what comes while it runs (the schedule's tick, a wake as a run
+// leaves), which otherwise starts cold beside it. The consumer likewise:
+// the event source mapping starts with five batches at once, each in an
+// execution environment of its own; an empty batch sets one up (the secret,
+// its connection) and handles nothing. A deploy pipeline would warm the same way.
+const RELAY_ENVIRONMENTS = 2;
+const CONSUMER_ENVIRONMENTS = 5;
+const warmUp = async (name: 'relay' | 'consumer', count: number, payload: unknown) => {
+  const at = Date.now();
+  const results = await Promise.all(
+    Array.from({ length: count }, () => invokeFunction(stack, name, payload)),
+  );
+  for (const failed of results.filter((r) => r.functionError))
+    say(`warm-up: the ${name} failed (${failed.functionError}): ${JSON.stringify(failed.payload)}`);
+  return Date.now() - at;
+};
+const [relayWarmMs, consumerWarmMs] = await Promise.all([
+  warmUp('relay', RELAY_ENVIRONMENTS, { source: 'npm-start', 'detail-type': 'Deploy' }),
+  warmUp('consumer', CONSUMER_ENVIRONMENTS, { Records: [] }),
+]);
+// MiniStack runs each execution environment as a process of its own.
+const environments = (name: 'relay' | 'consumer') =>
+  emulator.processCpuSeconds(`${stack.functionName(name)}-`).size;
+say(
+  `warmed up: the relay in ${(relayWarmMs / 1000).toFixed(1)} s, the consumer in ${(consumerWarmMs / 1000).toFixed(1)} s (${environments('relay')} + ${environments('consumer')} environments)`,
+);
 say(`Another terminal: DATABASE_URL=${databaseUrl} npm run outbox -- status\n`);
 
 // --- producer: orders at a steady rate ----------------------------------------
@@ -143,9 +174,18 @@ const waker = createRelayWaker({
   functionName: stack.functionName('relay'),
   lambda: new LambdaClient({ ...emulatorClientConfig(stack.endpoint), maxAttempts: 1 }),
   db: pool, // no wake while a relay runs
+  logger: {
+    debug: () => {},
+    info: () => {},
+    warn: (message, ...extra) => say(`waker: ${message} ${JSON.stringify(Object.assign({}, ...extra))}`),
+    error: (message, ...extra) => say(`waker: ${message} ${JSON.stringify(Object.assign({}, ...extra))}`),
+  },
 });
+/** What the producer's wakes did (WakeOutcome), for the summary. */
+const wakes: Record<string, number> = {};
 let produced = 0;
 let produceErrors = 0;
+let firstProduceError: string | undefined;
 const firstOrder = new Date();
 const producer = (async () => {
   const t0 = Date.now();
@@ -158,12 +198,21 @@ const producer = (async () => {
           customerId: `customer-${Math.floor(Math.random() * 1000)}`,
           totalCents: Math.floor(Math.random() * 100_000),
           currency: 'SEK',
-        }).catch(() => produceErrors++),
+        }).catch((error: Error) => {
+          produceErrors++;
+          if (!firstProduceError) {
+            firstProduceError = error.message;
+            say(`an order failed: ${error.message}`);
+          }
+        }),
       );
     }
     await Promise.all(writes);
     produced += writes.length;
-    if (writes.length > 0) await waker.wake();
+    if (writes.length > 0) {
+      const outcome = await waker.wake();
+      wakes[outcome] = (wakes[outcome] ?? 0) + 1;
+    }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 })();
@@ -175,15 +224,38 @@ const producer = (async () => {
 const relayLogs = new LogTail(stack, 'relay', startedAt);
 const consumerLogs = new LogTail(stack, 'consumer', startedAt);
 const seen = { relayInvocations: 0, relayRuns: 0, relayErrors: 0, duplicates: 0, consumerFailed: 0 };
+/**
+ * The functions' invocations, from their log lines: REPORT gives the
+ * duration (MiniStack's includes a cold start) and the line's timestamp the
+ * end; the handler's JSON line what it did. (Powertools' cold_start is
+ * false in every line MiniStack writes.) Kept for the first seconds only
+ * (the summary's first_seconds).
+ */
+interface Invocation {
+  fn: 'relay' | 'consumer';
+  endAt: number;
+  durationMs: number;
+  /** Relay: events claimed; consumer: records in the batch. */
+  events?: number;
+}
+const invocations = new Map<string, Invocation>();
+const FIRST_SECONDS_MS = 15_000;
 async function followLogs() {
   for (const [tail, name] of [
     [relayLogs, 'relay'],
     [consumerLogs, 'consumer'],
   ] as const) {
-    const lines = await tail.poll();
+    const events = await tail.pollEvents();
+    const lines = events.map((event) => event.message);
     if (opts.logs) for (const line of lines) say(`[${name}] ${line.trimEnd()}`);
-    for (const line of lines)
-      if (name === 'relay' && line.startsWith('START RequestId')) seen.relayInvocations++;
+    // An invocation's lines arrive together when it ends: its REPORT, then what it logged.
+    for (const { message, timestamp } of events) {
+      if (name === 'relay' && message.startsWith('START RequestId')) seen.relayInvocations++;
+      const report = /^REPORT RequestId: (\S+)\tDuration: (\d+) ms/.exec(message);
+      const durationMs = Number(report?.[2]);
+      if (report && timestamp - durationMs < firstOrder.getTime() + FIRST_SECONDS_MS)
+        invocations.set(report[1] as string, { fn: name, endAt: timestamp, durationMs });
+    }
     for (const entry of jsonLines(lines)) {
       if (name === 'relay' && entry.message === 'relay run finished') seen.relayRuns++;
       if (name === 'relay' && entry.level === 'ERROR') seen.relayErrors++;
@@ -191,8 +263,77 @@ async function followLogs() {
         seen.duplicates += Number(entry.duplicates ?? 0);
         seen.consumerFailed += Number(entry.failed ?? 0);
       }
+      const found = invocations.get(String(entry.function_request_id));
+      if (found && (entry.message === 'relay run finished' || entry.message === 'batch handled'))
+        found.events = Number(entry.message === 'batch handled' ? entry.records : entry.claimed);
     }
   }
+}
+
+/**
+ * Where the first seconds went: each function's first invocations (start
+ * and end in ms from the first order, events handled) and,
+ * second by second from the first commit, the orders written and the
+ * longest commit → published and commit → consumed.
+ */
+function firstInvocations(fn: 'relay' | 'consumer', count: number) {
+  const t0 = firstOrder.getTime();
+  return [...invocations.values()]
+    .filter((i) => i.fn === fn)
+    .map((i) => ({
+      start_ms: i.endAt - i.durationMs - t0,
+      end_ms: i.endAt - t0,
+      events: i.events,
+    }))
+    .sort((a, b) => a.start_ms - b.start_ms)
+    .slice(0, count);
+}
+
+/** Lags from the database's clock; "steady" counts orders from the tenth second on. */
+const LAGS = `
+WITH e AS (
+  SELECT e.created_at,
+         extract(epoch FROM e.processed_at - e.created_at) * 1000 AS published_ms,
+         extract(epoch FROM p.processed_at - e.created_at) * 1000 AS consumed_ms
+    FROM outbox_events e
+    LEFT JOIN processed_events p ON p.event_id = e.id AND p.consumer = 'order-consumer'
+   WHERE e.created_at >= $1 AND e.discarded_at IS NULL),
+t0 AS (SELECT min(created_at) AS at FROM e),
+s AS (SELECT floor(extract(epoch FROM e.created_at - t0.at))::int AS second, e.* FROM e, t0)
+SELECT
+  (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY published_ms) FROM s) AS publish,
+  (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY consumed_ms) FROM s WHERE second >= 10) AS steady,
+  (SELECT extract(epoch FROM t0.at - $1::timestamptz) * 1000 FROM t0) AS first_commit_ms,
+  (SELECT json_agg(json_build_array(second, orders, publish_max_ms, consume_max_ms) ORDER BY second) FROM (
+     SELECT second, count(*)::int AS orders, round(max(published_ms))::int AS publish_max_ms,
+            round(max(consumed_ms))::int AS consume_max_ms
+       FROM s WHERE second < 10 GROUP BY second) b) AS by_second`;
+
+async function lagFigures() {
+  const { rows } = await pool.query(LAGS, [firstOrder]);
+  const row = rows[0] as {
+    publish: [number, number] | null;
+    steady: [number, number] | null;
+    first_commit_ms: number | null;
+    by_second: Array<[number, number, number | null, number | null]> | null;
+  };
+  const ms = (value: number | undefined) => (value === undefined ? null : Math.round(value));
+  return {
+    publish_lag_ms_p50: ms(row.publish?.[0]),
+    publish_lag_ms_p99: ms(row.publish?.[1]),
+    lag_ms_p50_steady: ms(row.steady?.[0]),
+    lag_ms_p99_steady: ms(row.steady?.[1]),
+    first_seconds: {
+      // Times in ms from the producer's start; the first commit came at first_commit_ms.
+      first_commit_ms: row.first_commit_ms === null ? null : Math.round(row.first_commit_ms),
+      // The warm-up before the first order: how long each function's first invocations took.
+      warm_up_ms: { relay: relayWarmMs, consumer: consumerWarmMs },
+      relay: firstInvocations('relay', 8),
+      consumer: firstInvocations('consumer', 8),
+      // [second from the first commit, orders, max commit → published ms, max commit → consumed ms]
+      by_second: row.by_second ?? [],
+    },
+  };
 }
 
 const STATUS = `
@@ -290,8 +431,11 @@ async function stop(reason: string, drainMs = 0) {
       dead_letters: last.dead,
       retried: last.retried,
       relay_invocations: seen.relayInvocations,
+      wakes,
       lag_ms_p50: last.lag ? Math.round(last.lag[0]) : null,
       lag_ms_p99: last.lag ? Math.round(last.lag[1]) : null,
+      produce_errors: produceErrors,
+      ...(await lagFigures()),
       fail_rate: opts.failRate,
       rate: opts.rate,
       duration_s: Math.round((Date.now() - startedAt) / 1000),
