@@ -139,6 +139,7 @@ export class Relay {
             configuredMs: configuredTail,
             startPriceMs: run.startPriceMs ?? 0,
             startWorkMs: performance.now() - runStartedAt,
+            expectedGapMs: this.pipeline.expectedGapMs,
           })
         : run.idleTailMs;
     let summary: RelaySummary;
