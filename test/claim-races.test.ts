@@ -29,7 +29,7 @@ const params = (overrides: Partial<ClaimParams> = {}): ClaimParams => ({
 });
 
 /** The row locks of the ordered claim start here; the pause goes right before them. */
-const LOCKS_START = 'WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))';
+const LOCKS_START = 'WHERE e.ctid = ANY (ARRAY(SELECT cand.ctid FROM cand))';
 
 /** The pool, with `pauseMs` of sleep put into the ordered claim after its reads, before its row locks. */
 function pausedBeforeLocks(pauseMs: number): Queryable {

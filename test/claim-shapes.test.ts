@@ -11,6 +11,8 @@ import { randomUUID } from 'node:crypto';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Queryable } from '../lib/db/queryable.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
+import { outboxStats } from '../lib/sql/outbox-stats.js';
+import { retryDueWithin } from '../lib/sql/relay-slots.js';
 import { useTestDatabase } from './support/database.js';
 
 const db = useTestDatabase();
@@ -136,6 +138,12 @@ describe('every ordered claim shape costs a bounded multiple of a plain claim', 
     baseline = plain.touched;
   });
 
+  it('the plain claim pays nothing for parking: 100 of 1,000 free aggregates', () => {
+    // 6,500 rows before parking existed and now; 9,600 while the parking
+    // statements scanned the table on every claim, with nothing to park.
+    expect(baseline).toBeLessThan(7_000);
+  });
+
   it('heads only: 100,000 held heads, nothing to claim', async () => {
     await heldHeads('none');
     const { result, touched } = await measure();
@@ -199,6 +207,17 @@ describe('every ordered claim shape costs a bounded multiple of a plain claim', 
       const ofDeep = result.events.filter((e) => e.aggregateId === deep);
       expect(ofDeep.length).toBe(leased ? 0 : 1);
       expect(touched).toBeLessThan(3 * baseline);
+      if (leased) {
+        // Parked until the other relay's lease ends (a minute): a park is no
+        // retry of its own, so it neither counts as backing off nor keeps an
+        // elastic relay waiting for it.
+        const { rows } = await db.pool.query(
+          'SELECT count(*)::int AS n FROM outbox_events WHERE retry_after = parked_until AND parked_until > now()',
+        );
+        expect(rows[0].n).toBeGreaterThan(1_000);
+        expect((await outboxStats(db.pool)).backingOff).toBe(0);
+        expect(await retryDueWithin(db.pool, 120_000)).toBe(false);
+      }
     },
     120_000,
   );

@@ -55,7 +55,11 @@ const DEAD_LETTER_PARK = `interval '1 minute'`;
 //   within that). Every park ends by itself, so a parked row is never lost
 //   whatever happens meanwhile; the claim that takes the row right before a
 //   parked row clears its park (`unparked`), so an aggregate's next event is
-//   claimable as soon as the one before it is published. While retry_after =
+//   claimable as soon as the one before it is published. Both writes find
+//   their rows by ctid (TID scans) and only the rows that need them: a claim
+//   with nothing to park or unpark reads nothing for it (they scanned the
+//   table when it had no statistics: 9,600 rows touched by a plain claim of
+//   100 from 1,000 aggregates, 6,500 without). While retry_after =
 //   parked_until the row is not backing off on its own account: it counts as
 //   free (`free`), so a run led by its head takes it. Parking writes only
 //   rows nobody holds and that have not changed since the snapshot (locked
@@ -87,8 +91,10 @@ const DEAD_LETTER_PARK = `interval '1 minute'`;
 //   with `block`, stops after an exhausted row (the claim dead-letters it;
 //   nothing behind it may pass). The first $1 rows by (head, seq) are the
 //   candidates: whole runs of the oldest heads.
-// - `locked` locks the candidates by primary key (id = ANY(array)) and
-//   re-checks them. After the lock the re-check runs on the newest row
+// - `locked` locks the candidates where our snapshot read them (a TID scan:
+//   ctid = ANY(array), never a scan of the table whatever the statistics
+//   say) and re-checks them. A row updated since then is not at that ctid
+//   any more: the lock's re-check on its newest version fails and skips it. After the lock the re-check runs on the newest row
 //   version (READ COMMITTED), so a row finished or claimed by another relay
 //   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
 // - ... and so is any row written since our snapshot (its newest version's
@@ -119,7 +125,7 @@ const free = (h: string) => `(${h}.locked_until IS NULL OR ${h}.locked_until < n
 
 /** The row columns every part of the look carries. */
 const ROW = (e: string) =>
-  `${e}.aggregate_type, ${e}.aggregate_id, ${e}.seq, ${e}.id, ${e}.locked_until, ${e}.retry_after, ${e}.parked_until, ${e}.xmin AS row_xmin`;
+  `${e}.aggregate_type, ${e}.aggregate_id, ${e}.seq, ${e}.id, ${e}.ctid, ${e}.locked_until, ${e}.retry_after, ${e}.parked_until, ${e}.xmin AS row_xmin`;
 
 /** `picked` (id, seq, orphan, small, lost_size, head, ord, bytes) of the ordered claim; see the comment above. */
 export function orderedPicked(t: OutboxTables, policy: 'block' | 'skip'): string {
@@ -236,12 +242,13 @@ chosen AS (
    LIMIT $1)
 ),
 run_all AS (
-  SELECT h.aggregate_type, h.aggregate_id, r.id, h.seq AS head_seq, r.seq, r.row_xmin, r.bytes, r.orphan,
+  SELECT h.aggregate_type, h.aggregate_id, r.id, r.ctid, h.seq AS head_seq, r.seq, r.row_xmin, r.bytes, r.orphan,
          r.small, r.lost_size, ${free('r')} AS free, r.attempts >= $4 AS exhausted,
+         r.retry_after = r.parked_until AS parked,
          row_number() OVER (PARTITION BY h.seq ORDER BY r.seq) AS position
   FROM chosen h
   CROSS JOIN LATERAL (
-    SELECT e.id, e.seq, e.locked_until, e.retry_after, e.parked_until, e.attempts, e.xmin AS row_xmin,
+    SELECT e.id, e.ctid, e.seq, e.locked_until, e.retry_after, e.parked_until, e.attempts, e.xmin AS row_xmin,
            ${BYTES('e')} AS bytes, e.locked_by IS NOT NULL AS orphan,
            e.claimed_alone OR e.claimed_with <= ${SMALL_LEASE} AS small, e.claimed_with AS lost_size
     FROM ${t.events} e
@@ -271,7 +278,7 @@ run AS (
   }
 ),
 cand AS (
-  SELECT c.id, c.head_seq, c.seq, c.row_xmin, c.bytes, c.orphan, c.small, c.lost_size, c.position
+  SELECT c.id, c.ctid, c.head_seq, c.seq, c.row_xmin, c.bytes, c.orphan, c.small, c.lost_size, c.position
   FROM (
     SELECT run.*,
            bool_and(run.free) OVER w AS all_free,
@@ -286,7 +293,7 @@ cand AS (
 locked AS (
   SELECT e.id
   FROM ${t.events} e
-  WHERE e.id = ANY (ARRAY(SELECT cand.id FROM cand))
+  WHERE e.ctid = ANY (ARRAY(SELECT cand.ctid FROM cand))
     AND coalesce(e.processed_at, e.dead_lettered_at) IS NULL
     AND ${free('e')}
     AND e.id::text || '/' || e.xmin::text = ANY (ARRAY(SELECT c.id::text || '/' || c.row_xmin::text FROM cand c))
@@ -310,15 +317,15 @@ picked AS (
 export function orderedParking(t: OutboxTables): string {
   return `
 taken_runs AS (
-  SELECT r.aggregate_type, r.aggregate_id, r.id, r.seq, r.position,
+  SELECT r.aggregate_type, r.aggregate_id, r.ctid, r.seq, r.position, r.parked,
          max(r.position) FILTER (WHERE r.id IN (SELECT taken.id FROM taken)) OVER (PARTITION BY r.head_seq)
            AS last_taken
   FROM run_all r
 ),
 next_up AS (
   SELECT DISTINCT ON (r.aggregate_type, r.aggregate_id) r.aggregate_type, r.aggregate_id,
-         CASE WHEN r.position = r.last_taken + 1 THEN r.id END AS id,
-         CASE WHEN r.position = r.last_taken + 1 THEN r.seq END AS seq
+         CASE WHEN r.position = r.last_taken + 1 THEN r.seq END AS seq,
+         CASE WHEN r.position = r.last_taken + 1 AND r.parked THEN r.ctid END AS unpark
   FROM taken_runs r
   WHERE r.last_taken IS NOT NULL
   ORDER BY r.aggregate_type, r.aggregate_id, r.position = r.last_taken + 1 DESC
@@ -326,17 +333,17 @@ next_up AS (
 unparked AS (
   UPDATE ${t.events} e
   SET retry_after = NULL, parked_until = NULL
-  WHERE e.id = ANY (ARRAY(
-      SELECT x.id FROM ${t.events} x
-      WHERE x.id = ANY (ARRAY(SELECT n.id FROM next_up n WHERE n.id IS NOT NULL))
+  WHERE e.ctid = ANY (ARRAY(
+      SELECT x.ctid FROM ${t.events} x
+      WHERE x.ctid = ANY (ARRAY(SELECT n.unpark FROM next_up n WHERE n.unpark IS NOT NULL))
         AND x.retry_after = x.parked_until
       FOR UPDATE SKIP LOCKED))
   RETURNING 1
 ),
 park AS (
-  SELECT p.id, p.row_xmin, p.until
+  SELECT p.ctid, p.row_xmin, p.until
   FROM (
-    SELECT x.id, x.row_xmin,
+    SELECT x.ctid, x.row_xmin,
            CASE
              WHEN n.aggregate_id IS NOT NULL THEN
                CASE WHEN x.seq > n.seq THEN now() + $2 * interval '1 millisecond' END
@@ -351,21 +358,18 @@ park AS (
     WHERE (SELECT way FROM way) = 'sweep' AND (SELECT count(*) FROM swept) >= $1 * ${SWEEP}) p
   WHERE p.until > now()
 ),
-parking AS (
-  SELECT e.id, p.until
-  FROM unnest(ARRAY(SELECT park.id FROM park), ARRAY(SELECT park.until FROM park),
-              ARRAY(SELECT park.row_xmin::text FROM park)) AS p(id, until, row_xmin)
-  JOIN ${t.events} e ON e.id = p.id
-  WHERE coalesce(e.processed_at, e.dead_lettered_at) IS NULL
-    AND (e.locked_until IS NULL OR e.locked_until < now())
-    AND e.xmin::text = p.row_xmin
-  FOR UPDATE OF e SKIP LOCKED
-),
 parked AS (
   UPDATE ${t.events} e
-  SET retry_after = p.until, parked_until = p.until
-  FROM unnest(ARRAY(SELECT parking.id FROM parking), ARRAY(SELECT parking.until FROM parking)) AS p(id, until)
-  WHERE e.id = p.id
+  SET retry_after = l.until, parked_until = l.until
+  FROM (
+    SELECT x.ctid AS tid, p.until
+    FROM park p
+    JOIN ${t.events} x ON x.ctid = p.ctid
+    WHERE coalesce(x.processed_at, x.dead_lettered_at) IS NULL
+      AND (x.locked_until IS NULL OR x.locked_until < now())
+      AND x.xmin = p.row_xmin
+    FOR UPDATE OF x SKIP LOCKED) l
+  WHERE e.ctid = l.tid
   RETURNING 1
 )`;
 }

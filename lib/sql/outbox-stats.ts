@@ -6,7 +6,11 @@ export interface OutboxStats {
   pending: number;
   /** Of those, held under a live lease right now. */
   leased: number;
-  /** Of those, waiting for their backoff to pass. */
+  /**
+   * Of those, waiting for their own backoff to pass. Rows an ordered claim
+   * parked behind an earlier event of their aggregate (retry_after =
+   * parked_until) are not backing off: they wait for that event.
+   */
   backingOff: number;
   deadLetters: number;
   /**
@@ -29,7 +33,7 @@ const STATS = (t: OutboxTables) => `
 SELECT
   count(*)::int AS pending,
   count(*) FILTER (WHERE locked_until >= now())::int AS leased,
-  count(*) FILTER (WHERE retry_after > now())::int AS backing_off,
+  count(*) FILTER (WHERE retry_after > now() AND retry_after IS DISTINCT FROM parked_until)::int AS backing_off,
   coalesce(extract(epoch FROM now() - min(coalesce(replayed_at, created_at))), 0)::float8 AS oldest,
   (SELECT count(*) FROM ${t.events} WHERE dead_lettered_at IS NOT NULL)::int AS dead,
   (SELECT count(*)

@@ -71,7 +71,8 @@ const sql = perSchema((t) => ({
   RETRY_DUE: `
     SELECT EXISTS (
       SELECT 1 FROM ${t.events}
-      WHERE retry_after IS NOT NULL AND processed_at IS NULL AND dead_lettered_at IS NULL
+      WHERE retry_after IS NOT NULL AND retry_after IS DISTINCT FROM parked_until
+        AND processed_at IS NULL AND dead_lettered_at IS NULL
         AND retry_after <= now() + $1::float8 * interval '1 millisecond') AS due`,
   BACKLOG: `
     SELECT count(*)::int AS ready FROM (
