@@ -25,6 +25,18 @@
  *   (MiniStack fronted by the fault proxy: queue URLs and the functions'
  *   endpoint name the proxy), so relays wait on the network as in AWS
  *   rather than on this machine's two cores (`scaleOut`);
+ * - direct calls (`--parts direct-calls`, not in the default set: it holds
+ *   the relay to its CPU share, cgroups, root, and runs without it where
+ *   they cannot be written, saying so): the relay's OUTBOX_DIRECT_CALLS on
+ *   and off side by side, alternating (`--pairs`, 2), at 512 MB: one
+ *   relay's events/s draining a backlog (`maxRelays` 1), the drain time of
+ *   the same backlog with `maxRelays` 4, and one aggregate's events/s in
+ *   ordered mode (ordering aggregate, the FIFO queue, emptied before each
+ *   drain); the variable is switched by updating the deployed function's
+ *   environment (the workers start afresh), every other setting as
+ *   deployed (`direct_calls`). `--direct-calls-measures one,four,hot` picks
+ *   measures; `--direct-calls-delay-ms 20` puts MiniStack behind the fault
+ *   proxy, every AWS call of the functions that late (keys `…_network_20ms`);
  * - relay memory (`--parts memory`, not in the default set: it needs Linux
  *   cgroups, root): MiniStack's function workers each limited to their
  *   memory's share of a CPU, as in AWS (scripts/local/lambda-cpu-share.ts),
@@ -47,19 +59,34 @@
  *   npm run bench:elastic -- --parts scale-out     # idle,wake,steady,load,scale-out,memory
  *   npm run bench:elastic -- --parts memory --relay-memory 512,256
  *   npm run bench:elastic -- --cpu-share           # every part, as in AWS's CPU shares
+ *   npm run bench:elastic -- --parts direct-calls --pairs 3
+ *   npm run bench:elastic -- --parts direct-calls --direct-calls-measures one,hot --direct-calls-delay-ms 20
  */
+
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { DisableRuleCommand, EnableRuleCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
+  GetFunctionConfigurationCommand,
   InvokeCommand,
   LambdaClient,
   ListEventSourceMappingsCommand,
   UpdateEventSourceMappingCommand,
+  UpdateFunctionConfigurationCommand,
 } from '@aws-sdk/client-lambda';
+import {
+  CreateQueueCommand,
+  DeleteQueueCommand,
+  GetQueueAttributesCommand,
+  type QueueAttributeName,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import pg from 'pg';
 import { migrate } from '../lib/db/migrate.js';
+import { withTransaction } from '../lib/db/transaction.js';
+import { orderEvents } from '../lib/example/events.js';
 import { createOrder, createOrders } from '../lib/example/orders.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
 import { WAKE_SOURCE } from '../lib/relay/invocation.js';
@@ -80,12 +107,14 @@ import {
 } from '../scripts/local/stack.js';
 import { calibrationMs } from './calibrate.js';
 
-const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out', 'memory'] as const;
+const PARTS = ['idle', 'wake', 'steady', 'load', 'scale-out', 'memory', 'direct-calls'] as const;
+/** Parts not in the default set: they need cgroups (root). */
+const OPT_IN: readonly Part[] = ['memory', 'direct-calls'];
 type Part = (typeof PARTS)[number];
 const { values: args } = parseArgs({
   options: {
-    // `memory` is not in the default set: it needs cgroups (root).
-    parts: { type: 'string', default: PARTS.filter((p) => p !== 'memory').join(',') },
+    // `memory` and `direct-calls` are not in the default set: they need cgroups (root).
+    parts: { type: 'string', default: PARTS.filter((p) => !OPT_IN.includes(p)).join(',') },
     // For `memory`: the relay's memory sizes, in MB.
     'relay-memory': { type: 'string', default: '512,256' },
     // Every part's functions held to their CPU share (cgroups, root), as `memory` always is.
@@ -100,6 +129,14 @@ const { values: args } = parseArgs({
     'relay-idle-tail-ms': { type: 'string' },
     // Full load with the bus's rule to the consumer queue left on (below, busRule).
     'bus-rule-on': { type: 'boolean', default: false },
+    // For `direct-calls`: pairs of drains (on and off) per measure, and the backlogs' sizes.
+    pairs: { type: 'string', default: '2' },
+    'direct-calls-events': { type: 'string', default: '30000' },
+    'hot-events': { type: 'string', default: '5000' },
+    // For `direct-calls`: which measures (one relay, maxRelays 4, the hot
+    // aggregate), and a delay on every AWS call of the functions (0: none).
+    'direct-calls-measures': { type: 'string', default: 'one,four,hot' },
+    'direct-calls-delay-ms': { type: 'string', default: '0' },
   },
 });
 const parts = new Set(String(args.parts).split(',')) as Set<Part>;
@@ -730,6 +767,346 @@ async function memorySizes(sizes: number[]) {
   return results;
 }
 
+const count = (option: string, min: number) => {
+  const n = Number(args[option as keyof typeof args]);
+  if (!Number.isInteger(n) || n < min)
+    throw new Error(`--${option}: "${args[option as keyof typeof args]}" is not a count ≥ ${min}`);
+  return n;
+};
+const PAIRS = count('pairs', 1);
+const DIRECT_CALLS_EVENTS = count('direct-calls-events', 1_000);
+const HOT_EVENTS = count('hot-events', 100);
+const DIRECT_CALLS_DELAY_MS = count('direct-calls-delay-ms', 0);
+const DIRECT_CALLS_MEASURES = new Set(String(args['direct-calls-measures']).split(','));
+for (const measure of DIRECT_CALLS_MEASURES) {
+  if (!['one', 'four', 'hot'].includes(measure))
+    throw new Error(`--direct-calls-measures: unknown measure "${measure}" (one, four, hot)`);
+}
+
+/**
+ * Sets some of the deployed relay's environment variables, the rest as
+ * deployed. MiniStack, as AWS, starts the function's workers afresh after
+ * a change of its environment. Called with no relay running.
+ */
+async function relayEnvironment(stack: DeployedStack, vars: Record<string, string>) {
+  const lambda = new LambdaClient(emulatorClientConfig(stack.endpoint));
+  const FunctionName = stack.functionName('relay');
+  const current = await lambda.send(new GetFunctionConfigurationCommand({ FunctionName }));
+  await lambda.send(
+    new UpdateFunctionConfigurationCommand({
+      FunctionName,
+      Environment: { Variables: { ...current.Environment?.Variables, ...vars } },
+    }),
+  );
+  for (let i = 0; ; i++) {
+    const { LastUpdateStatus, Environment } = await lambda.send(
+      new GetFunctionConfigurationCommand({ FunctionName }),
+    );
+    const applied = Object.entries(vars).every(([k, v]) => Environment?.Variables?.[k] === v);
+    if (applied && LastUpdateStatus !== 'InProgress') return;
+    if (i > 120) throw new Error(`the relay's environment update did not finish (${LastUpdateStatus})`);
+    await sleep(250);
+  }
+}
+
+/** `count` events of one aggregate committed in one transaction: a hot aggregate's backlog. */
+async function hotBacklog(count: number): Promise<Backlog> {
+  const aggregateId = randomUUID();
+  const ids = await withTransaction(pool, async (client) => {
+    const ids: string[] = [];
+    for (let i = 0; i < count; i += 1_000) {
+      ids.push(
+        ...(await orderEvents.enqueueMany(
+          client,
+          Array.from({ length: Math.min(1_000, count - i) }, (_, j) => ({
+            type: 'order.created' as const,
+            aggregateId,
+            payload: { orderId: aggregateId, customerId: `hot-${i + j}`, totalCents: 100, currency: 'SEK' },
+          })),
+        )),
+      );
+    }
+    return ids;
+  });
+  const { rows } = await pool.query(
+    `SELECT now() AS t, min(seq)::text AS first, max(seq)::text AS last, count(*)::int AS n
+       FROM outbox_events WHERE id = ANY($1::uuid[])`,
+    [ids],
+  );
+  if (rows[0].n !== count || BigInt(rows[0].last) - BigInt(rows[0].first) + 1n !== BigInt(count))
+    throw new Error('the hot backlog is not one seq range of its own');
+  return { first: rows[0].first, last: rows[0].last, count, committedAt: rows[0].t };
+}
+
+/**
+ * The stack's FIFO queue deleted and created again with its attributes
+ * (same name, URL and ARN), so each drain starts with an empty queue.
+ * MiniStack rebuilds a FIFO queue's dedupe cache (every id of the last 5
+ * minutes) at each message it takes, so a drain right after another slowed
+ * by the queue's history, not the relay: one aggregate's drains fell from
+ * 223 to 47 events/s in a row.
+ */
+async function freshFifoQueue(stack: DeployedStack) {
+  const sqs = new SQSClient(emulatorClientConfig(stack.endpoint));
+  const QueueUrl = stack.outputs.OutboxFifoQueueUrl;
+  if (!QueueUrl) throw new Error('the stack has no OutboxFifoQueueUrl output');
+  const { Attributes = {} } = await sqs.send(
+    new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ['All'] }),
+  );
+  const kept: QueueAttributeName[] = [
+    'FifoQueue',
+    'ContentBasedDeduplication',
+    'DeduplicationScope',
+    'FifoThroughputLimit',
+    'RedrivePolicy',
+    'VisibilityTimeout',
+    'MessageRetentionPeriod',
+    'ReceiveMessageWaitTimeSeconds',
+    'DelaySeconds',
+    'MaximumMessageSize',
+  ];
+  await sqs.send(new DeleteQueueCommand({ QueueUrl }));
+  const created = await sqs.send(
+    new CreateQueueCommand({
+      QueueName: QueueUrl.split('/').pop(),
+      Attributes: Object.fromEntries(
+        kept.filter((k) => Attributes[k] !== undefined).map((k) => [k, Attributes[k]]),
+      ),
+    }),
+  );
+  if (created.QueueUrl?.split('/').pop() !== QueueUrl.split('/').pop())
+    throw new Error(`the FIFO queue came back as ${created.QueueUrl}, not ${QueueUrl}`);
+}
+
+/**
+ * One drain of a backlog made by `make` with direct calls `on` or off (the
+ * relay's environment), as loadCost drains: one wake, the consumer's
+ * mapping and the bus rule off. Commit → last published (what a user
+ * waits), first → last published (the rate once running), the relays'
+ * CPU per event, and what they billed.
+ */
+async function directDrain(
+  emulator: StackEmulator,
+  stack: DeployedStack,
+  on: boolean,
+  vars: Record<string, string>,
+  make: () => Promise<Backlog>,
+  before?: () => Promise<void>,
+) {
+  await relaysGone();
+  await openClosedSlots();
+  await before?.();
+  await relayEnvironment(stack, { ...vars, OUTBOX_DIRECT_CALLS: String(on) });
+  const tail = new LogTail(stack, 'relay', Date.now() - 120_000);
+  await billed(tail, true);
+  const calibration = calibrationMs();
+  const events = await make();
+  const cpu = relayCpu(emulator, stack);
+  const serverCpuBefore = emulator.serverCpuSeconds();
+  await invokeWake(stack);
+  const { most } = await drained(events, 900_000);
+  const serverCpuSeconds = emulator.serverCpuSeconds() - serverCpuBefore;
+  const drainedMs = await drainMs(events);
+  const { rows } = await pool.query(
+    `SELECT extract(epoch FROM max(processed_at) - min(processed_at)) * 1000 AS ms
+       FROM outbox_events WHERE seq BETWEEN $1 AND $2`,
+    [events.first, events.last],
+  );
+  const publishingMs = Number(rows[0].ms);
+  await relaysGone();
+  const cpuSeconds = cpu.stop();
+  const { gbSeconds, invocations } = await billed(tail);
+  const result = {
+    directCalls: on,
+    events: events.count,
+    drainSeconds: Math.round(drainedMs / 100) / 10,
+    eventsPerSecond: Math.round(events.count / (drainedMs / 1000)),
+    // First → last event published: the rate once the relays run (no cold start, no wake).
+    publishingEventsPerSecond: Math.round(events.count / (publishingMs / 1000)),
+    relayCpuMsPer1000: Math.round((cpuSeconds / events.count) * 1_000_000 * 10) / 10,
+    gbSecondsPerMillion: Math.round((gbSeconds / events.count) * 1_000_000),
+    relayInvocations: invocations,
+    mostRelaysAtOnce: most,
+    // MiniStack's server process (not found behind the proxy).
+    ...(proxy
+      ? {}
+      : { emulatorServerCores: Math.round((serverCpuSeconds / (drainedMs / 1000)) * 100) / 100 }),
+    calibrationMs: calibration,
+    loadAverage: Math.round((os.loadavg()[0] ?? 0) * 100) / 100,
+  };
+  log(`  direct calls ${on ? 'on ' : 'off'}: ${JSON.stringify(result)}`);
+  return result;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+
+/**
+ * PAIRS pairs of drains, direct calls on and off, the order alternating
+ * (on, off; off, on; …) so that a drift of the machine weighs on both:
+ * each drain, the medians, and on ÷ off of each figure.
+ */
+async function directPairs(
+  label: string,
+  emulator: StackEmulator,
+  stack: DeployedStack,
+  vars: Record<string, string>,
+  make: () => Promise<Backlog>,
+  before?: () => Promise<void>,
+) {
+  const drains: Awaited<ReturnType<typeof directDrain>>[] = [];
+  for (let pair = 0; pair < PAIRS; pair++) {
+    for (const on of pair % 2 === 0 ? [true, false] : [false, true]) {
+      log(`${label}, pair ${pair + 1} of ${PAIRS}:`);
+      drains.push(await directDrain(emulator, stack, on, vars, make, before));
+    }
+  }
+  const of = (
+    on: boolean,
+    key: 'drainSeconds' | 'eventsPerSecond' | 'publishingEventsPerSecond' | 'relayCpuMsPer1000',
+  ) => drains.filter((d) => d.directCalls === on).map((d) => d[key]);
+  const summary = Object.fromEntries(
+    (['eventsPerSecond', 'publishingEventsPerSecond', 'drainSeconds', 'relayCpuMsPer1000'] as const).map(
+      (key) => {
+        const on = of(true, key);
+        const off = of(false, key);
+        return [
+          key,
+          {
+            on: median(on),
+            off: median(off),
+            on_over_off: Math.round((median(on) / median(off)) * 1000) / 1000,
+            // The spread of each side: a difference inside it is noise.
+            on_range: [Math.min(...on), Math.max(...on)],
+            off_range: [Math.min(...off), Math.max(...off)],
+          },
+        ];
+      },
+    ),
+  );
+  log(`${label}: ${JSON.stringify(summary)}`);
+  return { ...summary, drains };
+}
+
+/**
+ * Direct calls on and off, side by side, the relay at 512 MB with its CPU
+ * share where cgroups can be written (as in AWS; without it the relay has
+ * the machine's cores, and the part says so). `--direct-calls-measures`
+ * picks measures; with `--direct-calls-delay-ms` MiniStack sits behind the
+ * fault proxy and every AWS call of the functions waits that long during
+ * the drains (the network of AWS), and the figures' keys say so.
+ */
+async function directCallsPart() {
+  const delayMs = DIRECT_CALLS_DELAY_MS;
+  let cpuShare = true;
+  let emulator: StackEmulator;
+  if (delayMs > 0) {
+    proxy = await FaultProxy.start(0);
+  }
+  const start = (share: boolean) =>
+    startStackEmulator({
+      auth: true,
+      nodeDir,
+      log,
+      cpuShare: share,
+      ...(proxy ? { frontPort: Number(new URL(proxy.endpoint).port) } : {}),
+    });
+  try {
+    emulator = await start(true);
+  } catch (error) {
+    log(`direct calls: no CPU share here (${(error as Error).message}); measuring without it`);
+    cpuShare = false;
+    emulator = await start(false);
+  }
+  emulators.push(emulator);
+  proxy?.forwardTo(emulator.endpoint);
+  // The delay starts once the backlog is written (the bench's own calls go straight to MiniStack).
+  const make = (build: () => Promise<Backlog>) => async () => {
+    const events = await build();
+    if (proxy) proxy.delayMs = delayMs;
+    return events;
+  };
+  const suffix = delayMs > 0 ? `_network_${delayMs}ms` : '';
+  const late = delayMs > 0 ? `, every AWS call ${delayMs} ms late` : '';
+  const figures: Record<string, unknown> = {};
+  try {
+    if (DIRECT_CALLS_MEASURES.has('one') || DIRECT_CALLS_MEASURES.has('four')) {
+      log('deploying the stack, relay 512 MB, relayMode elastic…');
+      const stack = await deploy(emulator, { relayMode: 'elastic', relayMemorySize: '512' });
+      await consumerMapping(stack, false);
+      await busRule(stack, false);
+      for (const [measure, maxRelays] of [
+        ['one', 1],
+        ['four', 4],
+      ] as const) {
+        if (!DIRECT_CALLS_MEASURES.has(measure)) continue;
+        const pairs = await directPairs(
+          `maxRelays ${maxRelays}, ${DIRECT_CALLS_EVENTS} events${late}`,
+          emulator,
+          stack,
+          { OUTBOX_MAX_RELAYS: String(maxRelays) },
+          make(() => backlog(DIRECT_CALLS_EVENTS, `direct-${maxRelays}`)),
+        );
+        figures[`${maxRelays === 1 ? 'one_relay' : 'max_relays_4'}${suffix}`] = {
+          events: DIRECT_CALLS_EVENTS,
+          max_relays: maxRelays,
+          ...pairs,
+        };
+      }
+    }
+    if (DIRECT_CALLS_MEASURES.has('hot')) {
+      log('deploying the stack, ordering aggregate (the FIFO queue)…');
+      const stack = await deploy(emulator, {
+        relayMode: 'elastic',
+        relayMemorySize: '512',
+        ordering: 'aggregate',
+      });
+      await consumerMapping(stack, false);
+      await busRule(stack, false);
+      const hot = await directPairs(
+        `ordered, one aggregate, ${HOT_EVENTS} events${late}`,
+        emulator,
+        stack,
+        {},
+        make(() => hotBacklog(HOT_EVENTS)),
+        () => freshFifoQueue(stack),
+      );
+      figures[`ordered_hot_aggregate${suffix}`] = {
+        events: HOT_EVENTS,
+        max_relays: Number(stageParamDefault('maxRelays')),
+        ...hot,
+      };
+    }
+  } finally {
+    if (proxy) proxy.delayMs = 0;
+  }
+  await emulator.stop();
+  await proxy?.stop();
+  proxy = undefined;
+  const date = new Date().toISOString();
+  return {
+    // Each measure's keys carry their run's date, machine and set-up.
+    ...Object.fromEntries(
+      Object.entries(figures).map(([key, value]) => [
+        key,
+        {
+          date,
+          machine: `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, node ${process.version}, MiniStack (local Lambda executor, Node 22), PostgreSQL on the same host`,
+          cpu_share: cpuShare,
+          setup: `the deployed stack, relay 512 MB${cpuShare ? ` held to its CPU share (${(512 / MB_PER_VCPU).toFixed(2)} of a core, cgroups)` : ' (no CPU share: cgroups could not be written)'}, ${RELAY_CONCURRENCY} calls in flight, each event to the queue and the bus, the consumer's mapping and the bus rule off${delayMs > 0 ? `, every AWS call of the functions ${delayMs} ms late (MiniStack behind the fault proxy)` : ''}; OUTBOX_DIRECT_CALLS switched in the function's environment; ${PAIRS} pairs of drains, alternating; a backlog committed in one transaction, one wake; drainSeconds: commit → last published (cold start included), publishingEventsPerSecond: first → last published`,
+          ...(value as object),
+        },
+      ]),
+    ),
+    cpu_share: cpuShare,
+  };
+}
+
 /**
  * The stack of stage local (no TLS to the local PostgreSQL); a redeploy
  * updates it. `--relay-concurrency` and `--relay-idle-tail-ms` (or their
@@ -834,8 +1211,16 @@ try {
     await emulator.stop();
   }
 
+  let directCalls: Awaited<ReturnType<typeof directCallsPart>> | undefined;
+  if (parts.has('direct-calls')) directCalls = await directCallsPart();
+
   const results = fs.existsSync(RESULTS) ? JSON.parse(fs.readFileSync(RESULTS, 'utf8')) : {};
   const before = results.elastic ?? {};
+  if (directCalls) {
+    // Merged with earlier runs: a key per measure (and network delay), each with its date.
+    const { cpu_share: _, ...measures } = directCalls;
+    figures.direct_calls = { ...(before.direct_calls ?? {}), ...measures };
+  }
   if (parts.has('memory')) {
     // Merged with earlier runs: an entry per memory size and concurrency, each with its date.
     const date = new Date().toISOString();
@@ -863,7 +1248,15 @@ try {
     // Which parts ran with the functions held to their CPU share (as in AWS).
     cpu_share: {
       ...(before.cpu_share ?? {}),
-      ...Object.fromEntries([...parts].map((p) => [p, p === 'memory' || args['cpu-share'] === true])),
+      ...Object.fromEntries(
+        [...parts].map((p) => [
+          p,
+          p === 'memory' ||
+            args['cpu-share'] === true ||
+            (p === 'direct-calls' &&
+              (figures.direct_calls as { cpu_share?: boolean } | undefined)?.cpu_share === true),
+        ]),
+      ),
     },
     dates: {
       ...(before.dates ?? {}),
