@@ -10,7 +10,6 @@ import { releaseWaiting } from '../sql/release-waiting.js';
 import { decide } from './decide.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { type BatchReport, bump, emptyReport } from './report.js';
-import { nextGapEstimate } from './scale-policy.js';
 import type { WaitingSummary } from './waiting.js';
 
 /** Unordered mode: a claim from the start of the table at least this often (claims, ms). */
@@ -57,14 +56,6 @@ export class BatchPipeline {
    * or a held head) never count in it.
    */
   lastLagMs = 0;
-  /**
-   * The idle gaps this relay sees, across its runs in this process: from
-   * the last claim that found work to a claim that finds work after an
-   * empty one (scale-policy.ts, nextGapEstimate). Undefined until one.
-   */
-  expectedGapMs: number | undefined;
-  private lastWorkAt: number | undefined;
-  private idleSinceWork = true;
   private claimsSinceFull = 0;
   private lastFullClaimAt = 0;
   /**
@@ -191,7 +182,6 @@ export class BatchPipeline {
       if (this.seqFloor === undefined || lowest > this.seqFloor) this.seqFloor = lowest;
     }
     this.lastLagMs = lagMs(claim.events, Date.now());
-    this.noteGap(claim.events.length > 0, performance.now());
     for (const dead of claim.exhausted) {
       report.deadLettered++;
       bump(report.deadLetteredByType, dead.eventType);
@@ -265,17 +255,6 @@ export class BatchPipeline {
     report.durationMs = performance.now() - started;
     logger.debug('batch done', { ...report });
     return report;
-  }
-
-  private noteGap(found: boolean, at: number): void {
-    if (!found) {
-      this.idleSinceWork = true;
-      return;
-    }
-    if (this.idleSinceWork && this.lastWorkAt !== undefined)
-      this.expectedGapMs = nextGapEstimate(this.expectedGapMs, at - this.lastWorkAt);
-    this.idleSinceWork = false;
-    this.lastWorkAt = at;
   }
 
   /**

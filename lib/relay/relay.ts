@@ -139,7 +139,6 @@ export class Relay {
             configuredMs: configuredTail,
             startPriceMs: run.startPriceMs ?? 0,
             startWorkMs: performance.now() - runStartedAt,
-            expectedGapMs: this.pipeline.expectedGapMs,
           })
         : run.idleTailMs;
     let summary: RelaySummary;

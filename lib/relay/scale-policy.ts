@@ -222,10 +222,7 @@ export function afterLook(o: {
  * A new start costs the invocation's price (`startPriceMs`: Lambda's
  * request price in ms of this function's GB-s) and the database work of a
  * start and of a leave (`startWorkMs`: look at the slots and take one; let
- * it go, look once more: about the same again). When the idle gaps this
- * relay has seen (`expectedGapMs`) are longer than that, waiting would
- * only lose: the run leaves after a poll or two (at 10 events a second,
- * gaps of 100 ms against a start of 60 ms). Never more than the
+ * it go, look once more: about the same again). Never more than the
  * configured tail, never less than a poll or two. Runs not woken by a
  * producer keep the configured tail: without producers' wakes the next
  * event would wait for the schedule.
@@ -234,19 +231,7 @@ export function wokenIdleTail(o: {
   configuredMs: number;
   startPriceMs: number;
   startWorkMs: number;
-  expectedGapMs?: number | undefined;
 }): number {
   const startCostMs = o.startPriceMs + 2 * o.startWorkMs;
-  const wait = o.expectedGapMs !== undefined && o.expectedGapMs > startCostMs ? 0 : startCostMs;
-  return Math.round(Math.min(o.configuredMs, Math.max(MIN_WOKEN_TAIL_MS, wait)));
-}
-
-/**
- * The idle gap to expect next: an average of the gaps seen, the latest
- * weighing most (0.3), each at most a minute (a quiet night is one long gap,
- * not a trend).
- */
-export function nextGapEstimate(previousMs: number | undefined, gapMs: number): number {
-  const gap = Math.min(gapMs, 60_000);
-  return previousMs === undefined ? gap : previousMs * 0.7 + gap * 0.3;
+  return Math.round(Math.min(o.configuredMs, Math.max(MIN_WOKEN_TAIL_MS, startCostMs)));
 }

@@ -9,7 +9,6 @@ import {
   MIN_RUN_MS,
   MIN_WOKEN_TAIL_MS,
   measureStep,
-  nextGapEstimate,
   PROBE_CHECK_MS,
   PROBE_JOIN_MS,
   PROBE_SETTLE_MS,
@@ -277,32 +276,7 @@ describe('wokenIdleTail (ski rental)', () => {
       { configuredMs: 1_000, startPriceMs: 0, startWorkMs: 1 },
       MIN_WOKEN_TAIL_MS,
     ],
-    [
-      'gaps shorter than a start (20 events/s): wait the start out',
-      { configuredMs: 1_000, startPriceMs: 30, startWorkMs: 15, expectedGapMs: 50 },
-      60,
-    ],
-    [
-      'gaps longer than a start (10 events/s): waiting only loses, leave after a poll',
-      { configuredMs: 1_000, startPriceMs: 30, startWorkMs: 15, expectedGapMs: 100 },
-      MIN_WOKEN_TAIL_MS,
-    ],
-    [
-      'one event a second: leave after a poll',
-      { configuredMs: 1_000, startPriceMs: 30, startWorkMs: 15, expectedGapMs: 1_000 },
-      MIN_WOKEN_TAIL_MS,
-    ],
-  ] as Array<[string, Parameters<typeof wokenIdleTail>[0], number]>)('%s', (_, o, tail) => {
+  ])('%s', (_, o, tail) => {
     expect(wokenIdleTail(o)).toBe(tail);
-  });
-});
-
-describe('nextGapEstimate', () => {
-  it.each([
-    ['the first gap is the estimate', undefined, 100, 100],
-    ['then the latest weighs 0.3', 100, 200, 130],
-    ['a quiet night counts as a minute', 100, 3_600_000, 18_070],
-  ])('%s', (_, previous, gap, next) => {
-    expect(nextGapEstimate(previous, gap)).toBeCloseTo(next, 6);
   });
 });
