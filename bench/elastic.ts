@@ -11,7 +11,7 @@
  *   (`createRelayWaker`), commit → published (`processed_at - created_at`,
  *   the database's clock); and the same with the schedule alone (no wake).
  *
- * - steady load: 1, 100 and 1,000 orders a second for two minutes each,
+ * - steady load: 1, 10, 100 and 1,000 orders a second for two minutes each,
  *   from four producers each waking the relay after its commits: the
  *   relay's GB-s per hour, how many relays ran, and commit → published
  *   (`steady`; the rates from BENCH_ELASTIC_STEADY_RATES);
@@ -460,7 +460,7 @@ async function relaysGone() {
 
 const STEADY_SECONDS = Number(process.env.BENCH_ELASTIC_STEADY_SECONDS ?? 120);
 const STEADY_PRODUCERS = 4;
-const STEADY_RATES = String(process.env.BENCH_ELASTIC_STEADY_RATES ?? '1,100,1000')
+const STEADY_RATES = String(process.env.BENCH_ELASTIC_STEADY_RATES ?? '1,10,100,1000')
   .split(',')
   .map(Number);
 if (STEADY_RATES.some((rate) => !(rate > 0)))
@@ -1149,8 +1149,17 @@ try {
       log(`  ${JSON.stringify(figures.schedule_latency_ms)}`);
     }
     if (parts.has('steady')) {
-      figures.steady = [];
-      for (const rate of STEADY_RATES) (figures.steady as unknown[]).push(await steady(stack, rate));
+      const runs: Awaited<ReturnType<typeof steady>>[] = [];
+      for (const rate of STEADY_RATES) runs.push(await steady(stack, rate));
+      figures.steady = runs;
+      // Issue 33's keys: GB-s and invocations per hour at each steady rate (`at_1_eps`, ...).
+      const perHour = (r: (typeof runs)[number]) => (r.relayInvocations / Math.max(1, r.seconds)) * 3_600;
+      figures.steady_gb_s_per_hour = Object.fromEntries(
+        runs.map((r) => [`at_${r.rate}_eps`, r.relayGbSecondsPerHour]),
+      );
+      figures.steady_invocations_per_hour = Object.fromEntries(
+        runs.map((r) => [`at_${r.rate}_eps`, Math.round(perHour(r))]),
+      );
     }
     if (parts.has('load')) {
       const load = await loadCost(emulator, stack);
@@ -1268,6 +1277,7 @@ try {
       wake_p99_ms: 2000,
       gb_s_per_million: 200,
       scale_out_ratio: 2.5,
+      steady_gb_s_per_hour: { at_1_eps: 300, at_10_eps: 1000 },
     },
   };
   delete elastic.not_measured_yet;
