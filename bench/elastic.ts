@@ -182,6 +182,8 @@ const WAKE_EVENTS = Number(process.env.BENCH_ELASTIC_WAKE_EVENTS ?? 12);
 const SCHEDULE_EVENTS = Number(process.env.BENCH_ELASTIC_SCHEDULE_EVENTS ?? 6);
 const SPACING_MS = 10_000;
 const RESULTS = new URL('./results.json', import.meta.url);
+/** bench/results.json as it was before this run (parts merge their entries into it). */
+const results0 = fs.existsSync(RESULTS) ? JSON.parse(fs.readFileSync(RESULTS, 'utf8')) : {};
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -1151,7 +1153,12 @@ try {
     if (parts.has('steady')) {
       const runs: Awaited<ReturnType<typeof steady>>[] = [];
       for (const rate of STEADY_RATES) runs.push(await steady(stack, rate));
-      figures.steady = runs;
+      // Merged with earlier runs: an entry per rate, each with its date.
+      const date = new Date().toISOString();
+      const earlier = ((results0.elastic?.steady ?? []) as { rate: number }[]).filter(
+        (e) => !runs.some((r) => r.rate === e.rate),
+      );
+      figures.steady = [...earlier, ...runs.map((r) => ({ ...r, date }))].sort((a, b) => a.rate - b.rate);
       // Issue 33's keys: GB-s and invocations per hour at each steady rate (`at_1_eps`, ...).
       const perHour = (r: (typeof runs)[number]) => (r.relayInvocations / Math.max(1, r.seconds)) * 3_600;
       figures.steady_gb_s_per_hour = Object.fromEntries(
