@@ -115,6 +115,24 @@ describe('leaving', () => {
     expect(await drainQueue(aws.sqs, queue.url, 4)).toHaveLength(4);
   }, 30_000);
 
+  it('a failed last look is logged and the run still returns what it did', async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('look-fails'));
+    await insertEvents(db.pool, 2);
+    let released = false;
+    const pool = {
+      query: async (text: string, values?: unknown[]) => {
+        if (/^DELETE FROM .*outbox_relay_slots/.test(text.trim())) released = true;
+        if (released && isClaim(text)) throw new Error('the database went away');
+        return db.pool.query(text, values);
+      },
+    } as Queryable;
+    const log = captureLogger();
+    const relay = slotRelay(queue.url, {}, 0, { db: pool, logger: log.logger });
+    const summary = await relay.run({ remainingMs: budget(20_000), skipStats: true });
+    expect(summary).toMatchObject({ stoppedBecause: 'idle', published: 2 });
+    expect(log.lines.some((l) => l.message === 'could not look for events as this relay left')).toBe(true);
+  }, 30_000);
+
   it('a relay whose slot renewal came late (the slot lapsed) still takes the backlog it was draining', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('late-renewal'));
     await insertEvents(db.pool, 60);

@@ -177,8 +177,12 @@ export class Relay {
   private async lookAsLeaving(run: RunOptions, ended: RelaySummary, scaler: Scaler): Promise<RelaySummary> {
     const timeLeftMs = () => run.remainingMs() - this.options.safetyMarginMs;
     const canLook = ended.stoppedBecause !== 'time' && timeLeftMs() >= MIN_RUN_MS;
+    // A failed look (the database out of reach) leaves what came to the next wake or tick.
     const look = canLook
-      ? await this.pipeline.processBatch({ budgetMs: timeLeftMs(), fromStart: true })
+      ? await this.pipeline.processBatch({ budgetMs: timeLeftMs(), fromStart: true }).catch((error) => {
+          this.logger.warn('could not look for events as this relay left', { error: String(error) });
+          return undefined;
+        })
       : undefined;
     const step = afterLook({
       claimed: look?.claimed,
