@@ -3,6 +3,7 @@ import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Queryable } from '../lib/db/queryable.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
 import { useTestDatabase } from './support/database.js';
+import { type PlanNode, rowsTouched } from './support/plan.js';
 
 const db = useTestDatabase();
 
@@ -31,24 +32,6 @@ async function fill(count: number, aggregates: number, prefix = 'order-') {
      FROM generate_series(0, $1 - 1) g`,
     [count, aggregates, prefix],
   );
-}
-
-interface PlanNode {
-  'Actual Rows': number;
-  'Actual Loops': number;
-  'Rows Removed by Filter'?: number;
-  'Rows Removed by Join Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-/** Rows every node of the plan produced or filtered away: the work the claim did. */
-function rowsTouched(node: PlanNode): number {
-  const own =
-    (node['Actual Rows'] +
-      (node['Rows Removed by Filter'] ?? 0) +
-      (node['Rows Removed by Join Filter'] ?? 0)) *
-    node['Actual Loops'];
-  return own + (node.Plans ?? []).reduce((sum, child) => sum + rowsTouched(child), 0);
 }
 
 /** Runs the claim and, in a transaction rolled back afterwards, EXPLAIN ANALYZE of the same statement. */

@@ -14,6 +14,7 @@ import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
 import { outboxStats } from '../lib/sql/outbox-stats.js';
 import { retryDueWithin } from '../lib/sql/relay-slots.js';
 import { useTestDatabase } from './support/database.js';
+import { type PlanNode, rowsTouched } from './support/plan.js';
 
 const db = useTestDatabase();
 const AGGREGATES = 100_000;
@@ -33,23 +34,6 @@ const params = (overrides: Partial<ClaimParams> = {}): ClaimParams => ({
   ordered: true,
   ...overrides,
 });
-
-interface PlanNode {
-  'Actual Rows': number;
-  'Actual Loops': number;
-  'Rows Removed by Filter'?: number;
-  'Rows Removed by Join Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-function rowsTouched(node: PlanNode): number {
-  const own =
-    (node['Actual Rows'] +
-      (node['Rows Removed by Filter'] ?? 0) +
-      (node['Rows Removed by Join Filter'] ?? 0)) *
-    node['Actual Loops'];
-  return own + (node.Plans ?? []).reduce((sum, child) => sum + rowsTouched(child), 0);
-}
 
 /** The claim's result and the rows its plan touched, in a transaction rolled back afterwards. */
 async function measure(p: ClaimParams = params()) {

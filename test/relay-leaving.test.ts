@@ -6,11 +6,11 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Queryable } from '../lib/db/queryable.js';
 import { createRelayWaker } from '../lib/outbox/relay-waker.js';
-import { createAwsPublisher } from '../lib/publish/router.js';
-import { Relay, type RelaySummary } from '../lib/relay/relay.js';
+import type { Relay, RelaySummary } from '../lib/relay/relay.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, insertEvents } from './support/events.js';
+import { slotRelay as slotRelayTo } from './support/relay.js';
 
 const db = useTestDatabase();
 const aws = awsClients();
@@ -24,34 +24,13 @@ beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
 });
 
-/** A relay with slots and an idle tail, publishing to `queueUrl`, each call `delayMs` late. */
-function slotRelay(
+/** A relay with slots and a 300 ms idle tail, publishing to `queueUrl`, each call `delayMs` late. */
+const slotRelay = (
   queueUrl: string,
   options: ConstructorParameters<typeof Relay>[0]['options'],
   delayMs = 0,
   deps: Partial<ConstructorParameters<typeof Relay>[0]> = {},
-) {
-  const publisher = createAwsPublisher({
-    routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
-    sqs: aws.sqs,
-    eventBridge: aws.eventBridge,
-    source: 'outbox',
-    concurrency: 4,
-  });
-  return new Relay({
-    db: db.pool,
-    publisher: {
-      ...publisher,
-      publish: async (...args: Parameters<typeof publisher.publish>) => {
-        await sleep(delayMs);
-        return publisher.publish(...args);
-      },
-    },
-    options: { safetyMarginMs: 0, idleWaitMs: 20, workers: 1, maxRelays: 3, idleTailMs: 300, ...options },
-    logger: captureLogger().logger,
-    ...deps,
-  });
-}
+) => slotRelayTo(db.pool, aws, queueUrl, { idleTailMs: 300, ...options }, delayMs, deps);
 
 const isClaim = (text: string) => text.includes('SKIP LOCKED') && text.includes('locked_until');
 const processed = async (id: string) =>

@@ -28,6 +28,7 @@ import { FaultProxy } from '../scripts/local/fault-proxy.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger, insertEvents } from './support/events.js';
+import { slotRelay as slotRelayTo } from './support/relay.js';
 
 const db = useTestDatabase();
 const aws = awsClients();
@@ -638,34 +639,12 @@ describe('scale in', () => {
   const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   /** A relay with slots and an idle tail, publishing to `queueUrl`, each call `delayMs` late. */
-  function slotRelay(
+  const slotRelay = (
     queueUrl: string,
     options: ConstructorParameters<typeof Relay>[0]['options'],
     delayMs = 0,
     deps: Partial<ConstructorParameters<typeof Relay>[0]> = {},
-  ) {
-    const publisher = createAwsPublisher({
-      routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
-      sqs: aws.sqs,
-      eventBridge: aws.eventBridge,
-      source: 'outbox',
-      concurrency: 4,
-    });
-    return new Relay({
-      db: db.pool,
-      publisher: {
-        ...publisher,
-        // The network's round trip, as in AWS: the drain takes its time, the CPU does not.
-        publish: async (...args: Parameters<typeof publisher.publish>) => {
-          await sleep(delayMs);
-          return publisher.publish(...args);
-        },
-      },
-      options: { safetyMarginMs: 0, idleWaitMs: 20, workers: 1, maxRelays: 3, idleTailMs: 2_000, ...options },
-      logger: captureLogger().logger,
-      ...deps,
-    });
-  }
+  ) => slotRelayTo(db.pool, aws, queueUrl, options ?? {}, delayMs, deps);
 
   it('relays sharing a trickle leave it to the one holding its slot longest; every event goes out once', async () => {
     const queue = await createQueue(aws.sqs, uniqueName('scale-in'));

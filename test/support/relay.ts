@@ -54,3 +54,39 @@ export function emulatorRelay(
 
 /** Runs the relay until a claim finds nothing to do. */
 export const drainUntilIdle = (relay: Relay) => relay.run({ remainingMs: () => 60_000, stopWhenIdle: true });
+
+/**
+ * A relay with slots (maxRelays 3, one worker) and an idle tail (2 s),
+ * publishing to `queueUrl` through the emulator, each call `delayMs` late:
+ * the network's round trip, as in AWS (the drain takes its time, the CPU
+ * does not).
+ */
+export function slotRelay(
+  pool: pg.Pool,
+  clients: { sqs: SQSClient; eventBridge: EventBridgeClient },
+  queueUrl: string,
+  options: RelayOptions,
+  delayMs = 0,
+  deps: Partial<ConstructorParameters<typeof Relay>[0]> = {},
+) {
+  const publisher = createAwsPublisher({
+    routes: [{ match: '*', targets: [{ type: 'sqs', queueUrl }] }],
+    sqs: clients.sqs,
+    eventBridge: clients.eventBridge,
+    source: 'outbox',
+    concurrency: 4,
+  });
+  return new Relay({
+    db: pool,
+    publisher: {
+      ...publisher,
+      publish: async (...args: Parameters<typeof publisher.publish>) => {
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        return publisher.publish(...args);
+      },
+    },
+    options: { safetyMarginMs: 0, idleWaitMs: 20, workers: 1, maxRelays: 3, idleTailMs: 2_000, ...options },
+    logger: captureLogger().logger,
+    ...deps,
+  });
+}
