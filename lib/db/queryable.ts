@@ -1,3 +1,6 @@
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+
 /**
  * The one thing the outbox needs of a database connection: a `query` method
  * taking SQL with PostgreSQL's `$1, $2, ...` placeholders and an array of
@@ -20,4 +23,26 @@ export interface QueryRows<R = any> {
   rows: R[];
   /** Rows inserted, updated or deleted; `null`/absent when the driver does not say. */
   rowCount?: number | null;
+}
+
+const names = new Map<string, string>();
+
+/**
+ * Runs `text` as a named prepared statement when `db` is this package's `pg`
+ * (a Pool, Client or PoolClient): each connection plans it once and, after
+ * five runs, reuses a generic plan. The ordered claim costs about 3 ms to
+ * plan and well under 1 ms to run on an outbox with nothing to claim, so
+ * planning it on every claim tripled what a claim costs. Any other
+ * Queryable (an ORM's transaction, another copy of pg) runs it as given.
+ * Behind RDS Proxy a prepared statement pins the session to its database
+ * connection, which a relay holds for its run anyway.
+ */
+export function queryPrepared<R>(db: Queryable, text: string, values: unknown[]): Promise<QueryRows<R>> {
+  if (!(db instanceof pg.Pool || db instanceof pg.Client)) return db.query<R>(text, values);
+  let name = names.get(text);
+  if (name === undefined) {
+    name = `outbox_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+    names.set(text, name);
+  }
+  return (db as pg.Pool).query({ name, text, values }) as unknown as Promise<QueryRows<R>>;
 }

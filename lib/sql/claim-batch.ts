@@ -1,4 +1,4 @@
-import type { Queryable } from '../db/queryable.js';
+import { type Queryable, queryPrepared } from '../db/queryable.js';
 import { type OutboxTables, perSchema } from '../db/schema.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { BYTES, orderedParking, orderedPicked, SMALL_LEASE } from './claim-ordered.js';
@@ -246,7 +246,7 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
     params.maxBytes === undefined ? '9223372036854775807' : String(Math.max(0, Math.floor(params.maxBytes))),
   );
   values.push(params.othersInFlight === true);
-  const { rows } = await db.query<Row>(sql, values);
+  const { rows } = await queryPrepared<Row>(db, sql, values);
   const result: ClaimResult = { events: [], exhausted: [], suspect: false };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => compareSeq(a.seq, b.seq));
