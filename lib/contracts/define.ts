@@ -3,10 +3,12 @@ import type { EventHandler, HandlerContext } from '../consumer/handlers.js';
 import type { Queryable } from '../db/queryable.js';
 import { ConfigError, OutboxError, ValidationError } from '../errors.js';
 import { type EnqueueOptions, enqueueEvents } from '../outbox/enqueue.js';
+import { serializePayload } from '../outbox/json-text.js';
 import type { NewOutboxEvent } from '../outbox/types.js';
 import type { Envelope } from '../publish/envelope.js';
 import { type RouteConfig, routesSchema, type TargetConfig } from '../publish/routes.js';
-import { isStandardSchema, issuePath, type StandardSchemaV1 } from './standard-schema.js';
+import { describeIssue, headerValue, moreIssues, type SchemaIssue } from './issues.js';
+import { isStandardSchema, type StandardSchemaV1 } from './standard-schema.js';
 
 /**
  * The header that carries an event's contract version from producer to
@@ -118,14 +120,26 @@ export type ContractHandlers<Defs extends Record<string, EventSpec>> = {
   [T in keyof Defs & string]?: ContractHandler<Defs[T]>;
 };
 
-/** An incoming event broke its contract: its handler was not called. */
+/**
+ * An incoming event broke its contract: its handler was not called. The
+ * message names the field and the kind of check it failed, never the value
+ * (the error is logged, and payloads may hold personal data).
+ */
 export class ContractViolationError extends OutboxError {
   readonly eventType: string;
   readonly version: number | undefined;
   /** Where in the envelope: `payload.customer.email`, `headers.event-version`. */
   readonly field: string;
+  /** Every issue the schema found, by path and kind of check (`payload.customer.email`, `invalid_format (email)`). */
+  readonly issues: readonly SchemaIssue[];
 
-  constructor(eventType: string, version: number | undefined, field: string, message: string) {
+  constructor(
+    eventType: string,
+    version: number | undefined,
+    field: string,
+    message: string,
+    issues: readonly SchemaIssue[] = [],
+  ) {
     super(`${eventType}${version === undefined ? '' : ` v${version}`}: ${field}: ${message}`, {
       retryable: false,
     });
@@ -133,6 +147,7 @@ export class ContractViolationError extends OutboxError {
     this.eventType = eventType;
     this.version = version;
     this.field = field;
+    this.issues = issues;
   }
 }
 
@@ -215,11 +230,6 @@ async function check(
   const result = await schema['~standard'].validate(value);
   return result.issues ? { issues: result.issues } : { value: result.value };
 }
-
-const describeIssue = (issue: StandardSchemaV1.Issue) => {
-  const path = issuePath(issue);
-  return { path: path === '' ? 'payload' : `payload.${path}`, message: issue.message };
-};
 
 /**
  * One typed definition of each event type, for both sides: producers write
@@ -333,17 +343,8 @@ export class EventContracts<Defs extends Record<string, EventSpec>> {
     payload: unknown,
   ): Promise<{ json: unknown; output: unknown }> {
     const field = (name: string) => (at === '' ? name : `${at}.${name}`);
-    let json: unknown;
-    try {
-      const text = JSON.stringify(payload);
-      if (text === undefined) throw new Error('it has no JSON form');
-      json = JSON.parse(text);
-    } catch (error) {
-      throw new ValidationError(
-        field('payload'),
-        `${contract.type} v${contract.version}: not JSON-serializable: ${(error as Error).message}`,
-      );
-    }
+    // What cannot be JSON (a BigInt, a cycle) is refused with its path, as enqueue does.
+    const json: unknown = JSON.parse(serializePayload(field('payload'), payload).json);
     const checked = await check(contract.schema, json);
     if ('issues' in checked) {
       const [first, ...rest] = checked.issues.map(describeIssue);
@@ -351,9 +352,7 @@ export class EventContracts<Defs extends Record<string, EventSpec>> {
       const onlyAsJson = json !== payload && !('issues' in (await check(contract.schema, payload)));
       throw new ValidationError(
         field(first?.path ?? 'payload'),
-        `${contract.type} v${contract.version}: ${first?.message ?? 'invalid'}${
-          rest.length > 0 ? ` (and ${rest.map((r) => `${r.path}: ${r.message}`).join('; ')})` : ''
-        }${
+        `${contract.type} v${contract.version}: ${first?.kind ?? 'invalid'}${moreIssues(rest)}${
           onlyAsJson
             ? ' (the payload is valid as given but not as the JSON the consumer receives: use a schema for its JSON form, e.g. an ISO date string instead of a Date)'
             : ''
@@ -426,17 +425,19 @@ export class EventContracts<Defs extends Record<string, EventSpec>> {
             type,
             undefined,
             `headers.${VERSION_HEADER}`,
-            `version ${JSON.stringify(raw)} is not one this consumer accepts (${[...contract.versions.keys()].sort((a, b) => a - b).join(', ')})`,
+            `version ${headerValue(raw)} is not one this consumer accepts (${[...contract.versions.keys()].sort((a, b) => a - b).join(', ')})`,
           );
         }
         const checked = await check(schema, event.payload);
         if ('issues' in checked) {
-          const [first] = checked.issues.map(describeIssue);
+          const issues = checked.issues.map(describeIssue);
+          const [first, ...rest] = issues;
           throw new ContractViolationError(
             type,
             version,
             first?.path ?? 'payload',
-            first?.message ?? 'invalid',
+            `${first?.kind ?? 'invalid'}${moreIssues(rest)}`,
+            issues,
           );
         }
         await handler({ ...event, payload: checked.value, version } as ContractEvent<unknown>, tx, context);

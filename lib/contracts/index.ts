@@ -24,6 +24,7 @@ export {
   type TypedEventInput,
   VERSION_HEADER,
 } from './define.js';
+export type { SchemaIssue } from './issues.js';
 export {
   type AsyncApiOptions,
   asyncApiDocument,

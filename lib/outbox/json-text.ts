@@ -33,6 +33,12 @@ const SUSPECT_IN_JSON_TEXT = /\\u(?:0000|d[89a-f])|[\uFFFE\uFFFF]/;
 const INT64 = INT64_BOUND;
 const PAYLOAD_DEPTH = MAX_PAYLOAD_DEPTH;
 
+/** `a TypeError`: what was thrown, without its message. */
+const errorName = (error: unknown): string => {
+  const name = error instanceof Error ? error.name : typeof error;
+  return `${/^[aeiou]/i.test(name) ? 'an' : 'a'} ${name}`;
+};
+
 const isWellFormed = (text: string): boolean =>
   (text as unknown as { isWellFormed(): boolean }).isWellFormed();
 
@@ -113,10 +119,10 @@ class JsonWalk {
         try {
           value = toJSON.call(value, String(key));
         } catch (error) {
+          // Its name only: the message may quote the value, and errors are logged.
           throw new ValidationError(
             formatPath(this.root, this.keys),
-            `is not JSON-serializable (its toJSON threw: ${(error as Error).message})`,
-            { cause: error },
+            `is not JSON-serializable (its toJSON threw ${errorName(error)})`,
           );
         }
       }
@@ -250,9 +256,8 @@ export function serializePayload(field: string, value: unknown): SerializedPaylo
   try {
     json = JSON.stringify(value);
   } catch (error) {
-    throw new ValidationError(field, `is not JSON-serializable (${(error as Error).message})`, {
-      cause: error,
-    });
+    // A getter that threw: its name only, as for toJSON above.
+    throw new ValidationError(field, `is not JSON-serializable (serializing it threw ${errorName(error)})`);
   }
   if (SUSPECT_IN_JSON_TEXT.test(json)) {
     // Rare: find the string or key at fault, with its path.
