@@ -163,12 +163,12 @@ async function endpointFromSecret(secretArn: string, timeoutMs: number): Promise
     },
   });
   const deadline = AbortSignal.timeout(timeoutMs);
-  let secret: z.infer<typeof secretSchema>;
+  let text: string | undefined;
   try {
     const value = await client.send(new GetSecretValueCommand({ SecretId: secretArn }), {
       abortSignal: deadline,
     });
-    secret = secretSchema.parse(JSON.parse(value.SecretString ?? ''));
+    text = value.SecretString;
   } catch (error) {
     const reason = deadline.aborted
       ? `Secrets Manager did not answer within ${timeoutMs} ms (DATABASE_SECRET_TIMEOUT_MS)`
@@ -181,6 +181,7 @@ async function endpointFromSecret(secretArn: string, timeoutMs: number): Promise
   } finally {
     client.destroy();
   }
+  const secret = parseSecret(text);
   const endpoint: Endpoint = {
     host: secret.host,
     port: secret.port ?? 5432,
@@ -196,6 +197,40 @@ async function endpointFromSecret(secretArn: string, timeoutMs: number): Promise
     };
   }
   return endpoint;
+}
+
+const SECRET_SHAPE = 'a JSON object {host, port, username, password, dbname}';
+
+/**
+ * The secret's fields. A secret that is not what is expected is described
+ * by its shape (its length, which fields are missing or of the wrong type),
+ * never by its content: JSON.parse's message quotes the text around the
+ * error, which in a hand-written secret is the password, and these errors
+ * reach the function's log. No `cause` either (loggers print it).
+ */
+function parseSecret(text: string | undefined): z.infer<typeof secretSchema> {
+  const fail = (reason: string) =>
+    new ConfigError('DATABASE_SECRET_ARN', `the secret is not ${SECRET_SHAPE}: ${reason}`);
+  if (text === undefined) throw fail('it has no SecretString (a binary secret?)');
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw fail(
+      `its ${text.length} characters are not valid JSON (every string value, the password too, must be in double quotes); its content is not shown`,
+    );
+  }
+  const parsed = secretSchema.safeParse(json);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((issue) => {
+      const where = issue.path.length > 0 ? issue.path.map(String).join('.') : 'the secret';
+      const expected =
+        'expected' in issue && typeof issue.expected === 'string' ? `, expected ${issue.expected}` : '';
+      return `${where}: ${issue.code}${expected}`;
+    });
+    throw fail(issues.join('; '));
+  }
+  return parsed.data;
 }
 
 /** Query parameters about TLS that are taken out of the URL and decided here. */
