@@ -8,8 +8,9 @@
 // there. valibot quotes the value in its own messages (`Invalid email:
 // Received "..."`), so errors must be built from an issue's path and kind.
 import { inspect } from 'node:util';
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import * as v from 'valibot';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createConsumer } from '../lib/consumer/consumer.js';
 import { ContractViolationError, defineEvents } from '../lib/contracts/define.js';
@@ -22,8 +23,12 @@ import { drainUntilIdle, emulatorRelay } from './support/relay.js';
 const db = useTestDatabase();
 const aws = awsClients();
 
+const savedEnv = { ...process.env };
 beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events, processed_events');
+});
+afterEach(() => {
+  process.env = { ...savedEnv };
 });
 
 // Valid for the producers' contracts, refused by the consumers' stricter ones.
@@ -183,5 +188,51 @@ describe('payloads are never logged', () => {
       'customer.registered v1: payload.customer.email: invalid_format (ends_with) (and payload.customer.name: invalid_format (regex))',
       'customer.renamed v1: payload.customer.email: regex (and payload.customer.name: regex)',
     ]);
+  });
+
+  it("the consumer logs an event's aggregate id (an e-mail address here) only when asked: logAggregateId or OUTBOX_LOG_AGGREGATE_ID=true", async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('security-aggregate-id'));
+    /** Sends one event for aggregate EMAIL, handles it (`fail`: its handler throws), returns the log lines. */
+    async function logged(options: { logAggregateId?: boolean }, fail: boolean) {
+      const envelope = {
+        id: crypto.randomUUID(),
+        type: 'customer.registered',
+        aggregateType: 'customer',
+        aggregateId: EMAIL,
+        occurredAt: new Date().toISOString(),
+        payload: {},
+        headers: {},
+      };
+      await aws.sqs.send(
+        new SendMessageCommand({ QueueUrl: queue.url, MessageBody: JSON.stringify(envelope) }),
+      );
+      const log = captureLogger();
+      const consumer = createConsumer({
+        name: uniqueName('aggregate-id'),
+        pool: db.pool,
+        handlers: {
+          'customer.registered': async () => {
+            if (fail) throw new Error('the handler failed');
+          },
+        },
+        logger: log.logger,
+        ...options,
+      });
+      const messages = await drainQueue(aws.sqs, queue.url, 1);
+      await consumer.handleMessages(messages, { queueArn: queue.arn });
+      // A redelivery: skipped as a duplicate, logged at info.
+      await consumer.handleMessages(messages, { queueArn: queue.arn });
+      expect(log.lines.length).toBeGreaterThanOrEqual(2);
+      return printed(log.lines);
+    }
+
+    expectNothingPersonal('the consumer log (failed)', await logged({}, true));
+    expectNothingPersonal('the consumer log (processed, duplicate)', await logged({}, false));
+    expect(await logged({ logAggregateId: true }, true)).toContain(`aggregate_id: '${EMAIL}'`);
+    process.env.OUTBOX_LOG_AGGREGATE_ID = 'true';
+    expect(await logged({}, false)).toContain(`aggregate_id: '${EMAIL}'`);
+    expectNothingPersonal('the consumer log (option wins)', await logged({ logAggregateId: false }, true));
+    process.env.OUTBOX_LOG_AGGREGATE_ID = 'maybe';
+    await expect(logged({}, false)).rejects.toMatchObject({ variable: 'OUTBOX_LOG_AGGREGATE_ID' });
   });
 });

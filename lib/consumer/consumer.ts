@@ -173,12 +173,9 @@ class SqsConsumer implements Consumer {
     let handler: EventHandler | undefined;
     try {
       ({ envelope, source } = parseMessageBody(messageId, record.body ?? ''));
-      Object.assign(fields, {
-        event_id: envelope.id,
-        event_type: envelope.type,
-        aggregate_id: envelope.aggregateId,
-        source,
-      });
+      Object.assign(fields, { event_id: envelope.id, event_type: envelope.type, source });
+      // Ids may be personal data (an e-mail address): logged only when asked.
+      if (this.options.logAggregateId) fields.aggregate_id = envelope.aggregateId;
       handler = this.options.handlers.get(envelope.type) ?? this.options.fallback;
       if (!handler) {
         throw new MalformedMessageError(

@@ -1,4 +1,5 @@
 import type { Pool } from 'pg';
+import { boolVar, type Env, intVar, readVar } from '../config/env.js';
 import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
@@ -59,6 +60,13 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
    * unqualified names, found through the connection's `search_path`.
    */
   schema?: string | undefined;
+  /**
+   * Whether log lines name the event's `aggregate_id`. Off by default: where
+   * aggregate ids are personal data (an e-mail address as a customer id),
+   * they must not reach the logs. Default: the `OUTBOX_LOG_AGGREGATE_ID`
+   * environment variable (`true` turns it on), else false.
+   */
+  logAggregateId?: boolean | undefined;
 }
 
 /** Where the relay stores large payloads (its `largePayloads`), and the client to read them. */
@@ -67,7 +75,13 @@ export interface ConsumerLargePayloadOptions {
   bucket: string;
   /** The relay's key prefix, without a trailing slash. Default `payloads`. */
   prefix?: string | undefined;
-  /** Largest object read, in bytes. Default 10 MiB (`LARGE_PAYLOAD_MAX_BYTES`, the producer's default limit). */
+  /**
+   * Largest object read, in bytes. Default: what the function's memory
+   * holds ({@link payloadBytesForMemory}, from
+   * `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`: 5.3 MiB at 256 MB, 10 MiB from 368
+   * MB), or 10 MiB (`LARGE_PAYLOAD_MAX_BYTES`, the producer's default limit)
+   * outside Lambda.
+   */
   maxBytes?: number | undefined;
   s3: S3Sender;
 }
@@ -89,6 +103,7 @@ export interface ResolvedConsumerOptions {
   replays: 'skip' | 'handle';
   largePayloads: ResolvedLargePayloads | undefined;
   schema: string | undefined;
+  logAggregateId: boolean;
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -101,11 +116,13 @@ const KNOWN_OPTIONS = new Set([
   'replays',
   'largePayloads',
   'schema',
+  'logAggregateId',
 ]);
 
 /** Validates the options (unknown keys are refused: a typo must not pass silently) and applies defaults. */
 export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   options: ConsumerOptions<Events>,
+  env: Env = process.env,
 ): ResolvedConsumerOptions {
   for (const key of Object.keys(options)) {
     if (key === 's3') {
@@ -116,7 +133,18 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     }
     if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `unknown consumer option`);
   }
-  const { name, pool, handlers, fallback, logger, safetyMarginMs, replays, largePayloads, schema } = options;
+  const {
+    name,
+    pool,
+    handlers,
+    fallback,
+    logger,
+    safetyMarginMs,
+    replays,
+    largePayloads,
+    schema,
+    logAggregateId,
+  } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
     throw new ConfigError('name', 'expected a non-empty consumer name of at most 255 characters');
   }
@@ -148,6 +176,9 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   if (replays !== undefined && replays !== 'skip' && replays !== 'handle') {
     throw new ConfigError('replays', `expected 'skip' or 'handle' (got ${JSON.stringify(replays)})`);
   }
+  if (logAggregateId !== undefined && typeof logAggregateId !== 'boolean') {
+    throw new ConfigError('logAggregateId', 'expected true or false');
+  }
   return {
     name,
     pool,
@@ -156,13 +187,32 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     logger: logger ?? silentLogger,
     safetyMarginMs: margin,
     replays: replays ?? 'skip',
-    largePayloads: resolveLargePayloads(largePayloads),
+    largePayloads: resolveLargePayloads(largePayloads, env),
     schema: validateSchemaName(schema),
+    logAggregateId: logAggregateId ?? readVar(env, 'OUTBOX_LOG_AGGREGATE_ID', boolVar) ?? false,
   };
+}
+
+const MIB = 1024 * 1024;
+
+/**
+ * The default largest payload a consumer of `memoryMb` reads from S3: what
+ * is left after the runtime (128 MB) over 24, between 1 MiB and 10 MiB
+ * (`LARGE_PAYLOAD_MAX_BYTES`). Parsed JSON takes far more memory than its
+ * text: a 10 MiB payload of empty objects (`[{},{},...]`) took 186 MB of
+ * heap, about 18 times its size, and the download, its copy and the text
+ * come on top; an out-of-memory crash would fail the whole batch. 256 MB:
+ * 5.3 MiB; 368 MB and more: 10 MiB. Unknown memory (outside Lambda): 10 MiB.
+ */
+export function payloadBytesForMemory(memoryMb: number | undefined): number {
+  if (memoryMb === undefined) return LARGE_PAYLOAD_MAX_BYTES;
+  const fits = Math.floor(((memoryMb - 128) * MIB) / 24);
+  return Math.min(LARGE_PAYLOAD_MAX_BYTES, Math.max(MIB, fits));
 }
 
 function resolveLargePayloads(
   options: ConsumerLargePayloadOptions | undefined,
+  env: Env,
 ): ResolvedLargePayloads | undefined {
   if (options === undefined) return undefined;
   if (typeof options !== 'object' || options === null) {
@@ -183,7 +233,8 @@ function resolveLargePayloads(
   if (prefix !== undefined && typeof prefix !== 'string') {
     throw new ConfigError('largePayloads.prefix', 'expected a key prefix (a string)');
   }
-  const max = maxBytes ?? LARGE_PAYLOAD_MAX_BYTES;
+  const max =
+    maxBytes ?? payloadBytesForMemory(readVar(env, 'AWS_LAMBDA_FUNCTION_MEMORY_SIZE', intVar(128, 10_240)));
   if (!Number.isSafeInteger(max) || max <= 0) {
     throw new ConfigError('largePayloads.maxBytes', `expected a number of bytes > 0 (got ${maxBytes})`);
   }
