@@ -8,6 +8,7 @@ import {
   TRACEPARENT,
   type TraceContext,
   toXrayTraceHeader,
+  validXrayTraceHeader,
 } from '../trace/trace-context.js';
 import type { PayloadRef } from './envelope.js';
 
@@ -306,7 +307,8 @@ export function eventBridgeEntrySize(entry: PutEventsRequestEntry): number {
 /**
  * The PutEvents entry for an event: `DetailType` = event type, `Detail` = the
  * envelope. `TraceHeader` (X-Ray format; not counted in the entry's size) is
- * the event's `traceparent` converted, else its `x-amzn-trace-id` header.
+ * the event's `traceparent` converted, else its `x-amzn-trace-id` header when
+ * that is a well-formed X-Ray trace header ({@link validXrayTraceHeader}).
  */
 export function eventBridgeMessage(
   event: OutboxEvent,
@@ -319,9 +321,11 @@ export function eventBridgeMessage(
     Detail: envelopeJson(event, options.payloadRef),
   };
   const trace = traceOf(event);
+  // A row's headers may hold anything (written with SQL, an older producer):
+  // only a well-formed X-Ray header is passed on; another travels in the envelope alone.
   const traceHeader = trace
     ? toXrayTraceHeader(trace)
-    : (event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id']);
+    : validXrayTraceHeader(event.headers['x-amzn-trace-id'] ?? event.headers['X-Amzn-Trace-Id']);
   if (traceHeader) entry.TraceHeader = traceHeader;
   return { entry, bytes: eventBridgeEntrySize(entry) };
 }

@@ -99,6 +99,41 @@ export function toXrayTraceHeader(trace: Pick<TraceContext, 'traceId' | 'spanId'
 const XRAY_ROOT = /^1-([0-9a-fA-F]{8})-([0-9a-fA-F]{24})$/;
 const XRAY_PARENT = /^[0-9a-fA-F]{16}$/;
 
+/** Longest X-Ray trace header passed on (the three usual fields take 81 characters). */
+export const MAX_XRAY_HEADER_LENGTH = 256;
+
+/** The fields an X-Ray trace header may have, each with the form of its value. */
+const XRAY_FIELDS: ReadonlyMap<string, RegExp> = new Map([
+  ['Root', XRAY_ROOT],
+  ['Parent', XRAY_PARENT],
+  ['Sampled', /^[01?]$/],
+  // Set by Lambda's loop detection (`Lineage=a87bd80c:0`).
+  ['Lineage', /^[0-9A-Za-z:|]{1,128}$/],
+  // Set by load balancers.
+  ['Self', XRAY_ROOT],
+]);
+
+/**
+ * The header when it is a well-formed X-Ray trace header, else undefined:
+ * `Root=1-<8 hex>-<24 hex>` required, `Parent=<16 hex>`, `Sampled=0|1|?`,
+ * `Lineage` and `Self` optional, each at most once, nothing else, at most
+ * {@link MAX_XRAY_HEADER_LENGTH} characters. What an event's headers say
+ * is passed to AWS only in this form (EventBridge's `TraceHeader`).
+ */
+export function validXrayTraceHeader(header: unknown): string | undefined {
+  if (typeof header !== 'string' || header.length > MAX_XRAY_HEADER_LENGTH) return undefined;
+  const seen = new Set<string>();
+  for (const part of header.split(';')) {
+    if (part === '' && seen.size > 0) continue; // a trailing `;`
+    const eq = part.indexOf('=');
+    const key = part.slice(0, eq);
+    const form = eq > 0 ? XRAY_FIELDS.get(key) : undefined;
+    if (!form || seen.has(key) || !form.test(part.slice(eq + 1))) return undefined;
+    seen.add(key);
+  }
+  return seen.has('Root') ? header : undefined;
+}
+
 /**
  * The trace context of an X-Ray trace header (`Root=1-…;Parent=…;Sampled=…`,
  * fields in any order, others such as `Lineage` ignored), or undefined when

@@ -162,8 +162,11 @@ describe('messages with trace context', () => {
       options,
     );
     expect(traced.entry.TraceHeader).toBe(XRAY);
+    const given = 'Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1';
+    expect(eventBridgeMessage(row({ 'x-amzn-trace-id': given }), options).entry.TraceHeader).toBe(given);
+    // Not an X-Ray trace header: not passed on (test/unit/trace-header.test.ts).
     expect(eventBridgeMessage(row({ 'x-amzn-trace-id': 'Root=1-x' }), options).entry.TraceHeader).toBe(
-      'Root=1-x',
+      undefined,
     );
     // EventBridge does not count TraceHeader in the entry size.
     expect(traced.bytes).toBe(
