@@ -229,18 +229,46 @@ export function compareSeq(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
+const texts = new Map<string, string>();
+
+/**
+ * The claim's text with its limits written in ($1 and the ordered claim's $5
+ * become numbers, the other parameters are renumbered from $1): a prepared
+ * statement's generic plan then knows how many rows each part reads, as a
+ * custom plan does, instead of guessing a tenth of the table.
+ */
+function claimText(
+  schema: string | undefined,
+  kind: keyof ReturnType<typeof claimStatements>,
+  limit: number,
+  perAggregate: number | undefined,
+): string {
+  const key = `${schema ?? ''}|${kind}|${limit}|${perAggregate ?? ''}`;
+  let text = texts.get(key);
+  if (text === undefined) {
+    const literal: Record<number, number | undefined> = { 1: limit, 5: perAggregate };
+    const renumbered = new Map<number, number>();
+    text = claimStatements(schema)[kind].replace(/\$(\d+)/g, (_, n: string) => {
+      const old = Number(n);
+      const value = literal[old];
+      if (value !== undefined) return String(value);
+      if (!renumbered.has(old)) renumbered.set(old, old - (old > 5 && perAggregate !== undefined ? 2 : 1));
+      return `$${renumbered.get(old)}`;
+    });
+    texts.set(key, text);
+  }
+  return text;
+}
+
 /** Claims up to `limit` publishable rows under a new lease; see the comment above for the rules. */
 export async function claimBatch(db: Queryable, params: ClaimParams): Promise<ClaimResult> {
   const from = !params.ordered && params.fromSeq !== undefined;
-  const SQL = claimStatements(params.schema);
-  const sql = params.ordered
-    ? SQL[params.deadLetterPolicy ?? 'block']
-    : from
-      ? SQL.unorderedFrom
-      : SQL.unordered;
-  const values: unknown[] = [params.limit, params.leaseMs, params.leaseId, params.maxAttempts];
-  if (params.ordered) values.push(Math.max(1, Math.min(params.perAggregate ?? 1, params.limit)));
-  else if (from) values.push(params.fromSeq);
+  const kind = params.ordered ? (params.deadLetterPolicy ?? 'block') : from ? 'unorderedFrom' : 'unordered';
+  const limit = Math.max(1, Math.floor(params.limit));
+  const perAggregate = params.ordered ? Math.max(1, Math.min(params.perAggregate ?? 1, limit)) : undefined;
+  const sql = claimText(params.schema, kind, limit, perAggregate);
+  const values: unknown[] = [params.leaseMs, params.leaseId, params.maxAttempts];
+  if (from) values.push(params.fromSeq);
   // Absent: a budget nothing reaches (bigint's largest value).
   values.push(
     params.maxBytes === undefined ? '9223372036854775807' : String(Math.max(0, Math.floor(params.maxBytes))),
