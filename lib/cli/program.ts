@@ -1,6 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError, ValidationError } from '../errors.js';
-import { oneLine } from '../operations/text-table.js';
+import { oneLine, printable } from '../operations/text-table.js';
 import { contractsCommand } from './commands/contracts.js';
 import { deadLettersCommand } from './commands/dead-letters.js';
 import { migrateCommand } from './commands/migrate.js';
@@ -9,7 +9,7 @@ import { replayCommand } from './commands/replay.js';
 import { replaysCommand } from './commands/replays.js';
 import { sqlCommand } from './commands/sql.js';
 import { statusCommand } from './commands/status.js';
-import { CLI_NAME } from './shared.js';
+import { CLI_NAME, DEFAULT_STATEMENT_TIMEOUT_SECONDS, wholeNumber } from './shared.js';
 
 /**
  * The `pg-lambda-outbox` command: operate the outbox (status, dead letters,
@@ -60,6 +60,11 @@ export function program(): Command {
       '--schema <name>',
       "schema of the outbox tables (default: $OUTBOX_SCHEMA, else the connection's search_path)",
     )
+    .option(
+      '--statement-timeout <seconds>',
+      `longest any one query may run, 1-86400 (default ${DEFAULT_STATEMENT_TIMEOUT_SECONDS}; migrate is not bound)`,
+      wholeNumber(86_400),
+    )
     .configureHelp({ showGlobalOptions: true })
     .showSuggestionAfterError()
     // One line, like every other error here: commander puts "(Did you mean ...?)" on a line of its own.
@@ -95,7 +100,8 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     // Commander has already printed its own one-line message (or the help).
     if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : EXIT_USAGE;
-    process.stderr.write(`error: ${describe(error)}\n`);
+    // The reason may quote the database (a constraint's detail): escaped like stdout.
+    process.stderr.write(`error: ${printable(describe(error), 'cell')}\n`);
     return error instanceof ValidationError || error instanceof ConfigError ? EXIT_USAGE : EXIT_FAILURE;
   }
 }

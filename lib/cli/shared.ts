@@ -9,6 +9,7 @@ import pg from 'pg';
 import { schemaVar } from '../config/env.js';
 import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
+import { printable } from '../operations/text-table.js';
 
 /** The name the package's `bin` installs, used in help and error texts. */
 export const CLI_NAME = 'pg-lambda-outbox';
@@ -34,12 +35,23 @@ export function schemaOf(command: Command): string | undefined {
   return schemaVar(process.env);
 }
 
-/** A pool of one connection for the length of a command. */
-export async function withPool<T>(fn: (pool: pg.Pool) => Promise<T>): Promise<T> {
+/** Seconds any one query of a command may take, unless `--statement-timeout` says otherwise. */
+export const DEFAULT_STATEMENT_TIMEOUT_SECONDS = 30;
+
+/**
+ * A pool of one connection for the length of a command. Its queries are cut
+ * off after `--statement-timeout` seconds (default 30): a command run
+ * against a large outbox ends with an error rather than holding a scan open.
+ */
+export async function withPool<T>(command: Command, fn: (pool: pg.Pool) => Promise<T>): Promise<T> {
+  const seconds =
+    command.optsWithGlobals<{ statementTimeout?: number }>().statementTimeout ??
+    DEFAULT_STATEMENT_TIMEOUT_SECONDS;
   const pool = new pg.Pool({
     connectionString: databaseUrl(),
     max: 1,
     connectionTimeoutMillis: 5_000,
+    statement_timeout: seconds * 1000,
     application_name: CLI_NAME,
   });
   // An idle client dropped by the server must not crash the process with an unhandled 'error'.
@@ -51,8 +63,13 @@ export async function withPool<T>(fn: (pool: pg.Pool) => Promise<T>): Promise<T>
   }
 }
 
+/**
+ * Writes a line to stdout with control characters escaped (`\u001b`):
+ * strings from the database must not drive the operator's terminal. Tab and
+ * newline pass; in JSON output the escapes mean the same characters.
+ */
 export function print(text: string): void {
-  process.stdout.write(`${text}\n`);
+  process.stdout.write(`${printable(text)}\n`);
 }
 
 export const printJson = (value: unknown) => print(JSON.stringify(value, null, 2));

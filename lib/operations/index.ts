@@ -4,7 +4,6 @@
  * delete rows past their retention.
  */
 
-export { type DeadLetter, type DeadLetterPage, listDeadLetters } from '../sql/list-dead-letters.js';
 export { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 export { listReplays, type ReplayRecord } from '../sql/replay-events.js';
 export {
@@ -17,6 +16,13 @@ export {
   runCleanup,
 } from './cleanup.js';
 export { loadCleanupConfig } from './cleanup-config.js';
+export {
+  DEAD_LETTER_COUNT_CAP,
+  type DeadLetter,
+  type DeadLetterPage,
+  type ListDeadLettersOptions,
+  listDeadLetters,
+} from './dead-letters.js';
 export {
   parseRedriveInput,
   type RedriveInput,

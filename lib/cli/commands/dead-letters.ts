@@ -1,9 +1,13 @@
 import type { Command } from 'commander';
+import { type DeadLetterPage, listDeadLetters } from '../../operations/dead-letters.js';
 import { oneLine, textTable } from '../../operations/text-table.js';
-import { listDeadLetters } from '../../sql/list-dead-letters.js';
 import { print, printJson, schemaOf, wholeNumber, withPool } from '../shared.js';
 
 export const deadLetterCount = (n: number) => `${n} dead letter${n === 1 ? '' : 's'}`;
+
+/** `3 dead letters`, or `10,000+ dead letters` when the count stopped at its cap. */
+const pageCount = (page: DeadLetterPage) =>
+  page.totalCapped ? `${page.total.toLocaleString('en-US')}+ dead letters` : deadLetterCount(page.total);
 
 export function deadLettersCommand(cli: Command): void {
   cli
@@ -14,7 +18,7 @@ export function deadLettersCommand(cli: Command): void {
     .option('--json', 'print JSON (full error texts)')
     .action(async (options: { type?: string; limit: number; json?: boolean }, command: Command) => {
       const schema = schemaOf(command);
-      const page = await withPool((pool) =>
+      const page = await withPool(command, (pool) =>
         listDeadLetters(pool, { limit: options.limit, eventType: options.type, schema }),
       );
       if (options.json) return printJson(page);
@@ -33,8 +37,6 @@ export function deadLettersCommand(cli: Command): void {
           ]),
         ),
       );
-      print(
-        `\n${page.rows.length} of ${deadLetterCount(page.total)} (oldest first; --json shows full errors)`,
-      );
+      print(`\n${page.rows.length} of ${pageCount(page)} (oldest first; --json shows full errors)`);
     });
 }

@@ -49,7 +49,7 @@ function deadLetterCommand(cli: Command, action: Action, description: string, ve
         dryRun: flags.dryRun,
         requestedBy: operator(),
       });
-      const result = await withPool((pool) => redriveDeadLetters(pool, input, { schema }));
+      const result = await withPool(command, (pool) => redriveDeadLetters(pool, input, { schema }));
       if (flags.json) return printJson(result);
       print(describeRedrive(result));
     });

@@ -65,7 +65,7 @@ export function replayCommand(cli: Command): void {
         dryRun: flags.dryRun,
         requestedBy: operator(),
       });
-      const result = await withPool((pool) =>
+      const result = await withPool(command, (pool) =>
         replayEvents(pool, input, {
           caller: { via: 'cli', os_user: osUser() ?? null, host: os.hostname(), pid: process.pid },
           schema,

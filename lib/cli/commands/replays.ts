@@ -11,7 +11,7 @@ export function replaysCommand(cli: Command): void {
     .option('--json', 'print JSON')
     .action(async (options: { limit: number; json?: boolean }, command: Command) => {
       const schema = schemaOf(command);
-      const rows = await withPool((pool) => listReplays(pool, { limit: options.limit, schema }));
+      const rows = await withPool(command, (pool) => listReplays(pool, { limit: options.limit, schema }));
       if (options.json) return printJson({ replays: rows });
       if (rows.length === 0) return print('no replays');
       print(

@@ -10,7 +10,7 @@ export function statusCommand(cli: Command): void {
     .option('--json', 'print JSON')
     .action(async (options: { json?: boolean }, command: Command) => {
       const schema = schemaOf(command);
-      const stats = await withPool((pool) => outboxStats(pool, { schema }));
+      const stats = await withPool(command, (pool) => outboxStats(pool, { schema }));
       if (options.json) return printJson(stats);
       print(
         textTable(
