@@ -191,21 +191,33 @@ describe('payloads are never logged', () => {
   });
 
   it("the consumer logs an event's aggregate id (an e-mail address here) only when asked: logAggregateId or OUTBOX_LOG_AGGREGATE_ID=true", async () => {
-    const queue = await createQueue(aws.sqs, uniqueName('security-aggregate-id'));
-    /** Sends one event for aggregate EMAIL, handles it (`fail`: its handler throws), returns the log lines. */
+    // FIFO, as the relay sends to it: the group is `customer:<aggregate id>`.
+    const queue = await createQueue(aws.sqs, `${uniqueName('security-aggregate-id')}.fifo`);
+    /**
+     * Sends two events of aggregate EMAIL and handles them (`fail`: the
+     * handler throws, so the second is held back behind the first); returns
+     * the log lines and the records' errors as printed.
+     */
     async function logged(options: { logAggregateId?: boolean }, fail: boolean) {
-      const envelope = {
-        id: crypto.randomUUID(),
-        type: 'customer.registered',
-        aggregateType: 'customer',
-        aggregateId: EMAIL,
-        occurredAt: new Date().toISOString(),
-        payload: {},
-        headers: {},
-      };
-      await aws.sqs.send(
-        new SendMessageCommand({ QueueUrl: queue.url, MessageBody: JSON.stringify(envelope) }),
-      );
+      for (let i = 0; i < 2; i++) {
+        const envelope = {
+          id: crypto.randomUUID(),
+          type: 'customer.registered',
+          aggregateType: 'customer',
+          aggregateId: EMAIL,
+          occurredAt: new Date().toISOString(),
+          payload: {},
+          headers: {},
+        };
+        await aws.sqs.send(
+          new SendMessageCommand({
+            QueueUrl: queue.url,
+            MessageBody: JSON.stringify(envelope),
+            MessageGroupId: `customer:${EMAIL}`,
+            MessageDeduplicationId: envelope.id,
+          }),
+        );
+      }
       const log = captureLogger();
       const consumer = createConsumer({
         name: uniqueName('aggregate-id'),
@@ -218,12 +230,15 @@ describe('payloads are never logged', () => {
         logger: log.logger,
         ...options,
       });
-      const messages = await drainQueue(aws.sqs, queue.url, 1);
-      await consumer.handleMessages(messages, { queueArn: queue.arn });
-      // A redelivery: skipped as a duplicate, logged at info.
-      await consumer.handleMessages(messages, { queueArn: queue.arn });
-      expect(log.lines.length).toBeGreaterThanOrEqual(2);
-      return printed(log.lines);
+      const messages = await drainQueue(aws.sqs, queue.url, 2);
+      const first = await consumer.handleMessages(messages, { queueArn: queue.arn });
+      expect(first.outcomes.map((o) => o.status)).toEqual(
+        fail ? ['failed', 'blocked'] : ['processed', 'processed'],
+      );
+      // A redelivery: skipped as duplicates (logged at info) or failed again.
+      const again = await consumer.handleMessages(messages, { queueArn: queue.arn });
+      expect(log.lines.length).toBeGreaterThanOrEqual(3);
+      return printed([log.lines, first.outcomes, again.outcomes]);
     }
 
     expectNothingPersonal('the consumer log (failed)', await logged({}, true));

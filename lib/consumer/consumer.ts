@@ -115,16 +115,19 @@ class SqsConsumer implements Consumer {
       if (stopped) {
         outcome = { messageId: record.messageId, status: 'deferred', error: stopped };
       } else if (group !== undefined && failedGroups.has(group)) {
+        // The relay's group is `<aggregate type>:<aggregate id>`: named only where ids may be logged.
+        const named = this.options.logAggregateId;
         outcome = {
           messageId: record.messageId,
           status: 'blocked',
-          error: new OutboxError(`an earlier record of message group ${group} failed in this batch`, {
-            retryable: true,
-          }),
+          error: new OutboxError(
+            `an earlier record of ${named ? `message group ${group}` : 'its message group'} failed in this batch`,
+            { retryable: true },
+          ),
         };
         logger.warn('record not processed: an earlier record of its FIFO message group failed', {
           message_id: record.messageId,
-          message_group_id: group,
+          ...(named ? { message_group_id: group } : {}),
         });
       } else {
         // One reading of the clock per record: it decides whether to start
