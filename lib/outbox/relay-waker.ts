@@ -3,7 +3,6 @@ import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import { optionalImportOnce } from '../optional-dependency.js';
 import { WAKE_SOURCE } from '../relay/invocation.js';
-import { anyRelaySlotHeld } from '../sql/relay-slots.js';
 import { claimRelayWake } from '../sql/relay-wake.js';
 
 /** The Lambda client's classes, loaded at the first wake. */
@@ -155,11 +154,9 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
   async function look(): Promise<'relay-running' | 'debounced' | undefined> {
     if (db) {
       try {
-        if (await anyRelaySlotHeld(db, schema)) {
-          skippedWhileRunning++;
-          return 'relay-running';
-        }
-        return (await claimRelayWake(db, { graceMs: ms.startGraceMs, schema })) ? undefined : 'debounced';
+        const skip = await claimRelayWake(db, { graceMs: ms.startGraceMs, schema });
+        if (skip === 'relay-running') skippedWhileRunning++;
+        return skip;
       } catch (error) {
         logger.warn('could not look for a running relay; waking it', { error: String(error) });
       }

@@ -5,7 +5,6 @@ import {
   parkRelaySlots,
   readyBacklog,
   relayIsSurplus,
-  relaySlotParked,
   relaySlotState,
   renewRelaySlot,
 } from '../sql/relay-slots.js';
@@ -116,9 +115,13 @@ export class Scaler {
   async stillHoldsSlot(held: HeldSlot): Promise<boolean> {
     const { db, options, logger } = this.deps;
     try {
-      if (await renewRelaySlot(db, { ...held, aliveMs: options.slotAliveMs, schema: this.schema }))
-        return true;
-      if (await relaySlotParked(db, held.slot, this.schema).catch(() => false)) {
+      const { renewed, closed } = await renewRelaySlot(db, {
+        ...held,
+        aliveMs: options.slotAliveMs,
+        schema: this.schema,
+      });
+      if (renewed) return true;
+      if (closed) {
         logger.info('more relays did not raise the rate: this relay’s slot is closed; it stops claiming', {
           slot: held.slot,
         });

@@ -19,7 +19,7 @@ import { perSchema } from '../db/schema.js';
 export const PARKED_HOLDER = '00000000-0000-0000-0000-000000000000';
 const held = (alias: string) =>
   `${alias}.held_until > now() AND (${alias}.alive_until IS NULL OR ${alias}.alive_until > now())`;
-const running = (alias: string) => `${held(alias)} AND ${alias}.holder <> '${PARKED_HOLDER}'::uuid`;
+export const running = (alias: string) => `${held(alias)} AND ${alias}.holder <> '${PARKED_HOLDER}'::uuid`;
 const sql = perSchema((t) => ({
   ACQUIRE: `
     INSERT INTO ${t.relaySlots} AS s (slot, holder, held_until, alive_until)
@@ -34,11 +34,14 @@ const sql = perSchema((t) => ({
       WHERE NOT (${held('s')})
     RETURNING slot`,
   RENEW: `
-    UPDATE ${t.relaySlots} s
-    SET alive_until = least(s.held_until, now() + $3::float8 * interval '1 millisecond')
-    WHERE s.slot = $1 AND s.holder = $2 AND ${held('s')}
-    RETURNING slot`,
-  ANY_HELD: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE ${running('s')}) AS held`,
+    WITH renewed AS (
+      UPDATE ${t.relaySlots} s
+      SET alive_until = least(s.held_until, now() + $3::float8 * interval '1 millisecond')
+      WHERE s.slot = $1 AND s.holder = $2 AND ${held('s')}
+      RETURNING slot)
+    SELECT EXISTS (SELECT 1 FROM renewed) AS renewed,
+           EXISTS (SELECT 1 FROM ${t.relaySlots} s
+                   WHERE s.slot = $1 AND s.holder = '${PARKED_HOLDER}'::uuid AND ${held('s')}) AS closed`,
   RELEASE: `DELETE FROM ${t.relaySlots} WHERE slot = $1 AND holder = $2`,
   STATE: `
     SELECT count(*)::int AS held,
@@ -61,7 +64,6 @@ const sql = perSchema((t) => ({
     ON CONFLICT (slot) DO UPDATE
       SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until, alive_until = EXCLUDED.alive_until
     RETURNING slot`,
-  PARKED: `SELECT EXISTS (SELECT 1 FROM ${t.relaySlots} s WHERE s.slot = $1 AND s.holder = '${PARKED_HOLDER}'::uuid AND ${held('s')}) AS parked`,
   SURPLUS: `
     SELECT EXISTS (
       SELECT 1 FROM ${t.relaySlots} me JOIN ${t.relaySlots} o ON o.slot <> me.slot
@@ -114,21 +116,16 @@ export async function acquireRelaySlot(
 
 /**
  * The holder of `slot` is alive: its slot stays held for another `aliveMs`
- * (never past its budget). False when it no longer holds the slot (it was
- * not renewed in time and another relay took it, or it was released).
+ * (never past its budget). `renewed` false: it no longer holds the slot (not
+ * renewed in time and taken by another relay, or released); `closed`: the
+ * relay that scales closed it (parkRelaySlots).
  */
 export async function renewRelaySlot(
   db: Queryable,
   options: { slot: number; holder: string; aliveMs: number; schema?: string | undefined },
-): Promise<boolean> {
+): Promise<{ renewed: boolean; closed: boolean }> {
   const { rows } = await db.query(sql(options.schema).RENEW, [options.slot, options.holder, options.aliveMs]);
-  return rows.length > 0;
-}
-
-/** Whether any relay holds a slot now (a closed slot is no relay): a relay is running. */
-export async function anyRelaySlotHeld(db: Queryable, schema?: string | undefined): Promise<boolean> {
-  const { rows } = await db.query(sql(schema).ANY_HELD, []);
-  return rows[0].held === true;
+  return { renewed: rows[0].renewed === true, closed: rows[0].closed === true };
 }
 
 export async function releaseRelaySlot(
@@ -184,16 +181,6 @@ export async function parkRelaySlots(
     options.holder,
   ]);
   return rows.map((r) => r.slot as number).sort((a, b) => a - b);
-}
-
-/** Whether `slot` is closed (parkRelaySlots) now. */
-export async function relaySlotParked(
-  db: Queryable,
-  slot: number,
-  schema?: string | undefined,
-): Promise<boolean> {
-  const { rows } = await db.query(sql(schema).PARKED, [slot]);
-  return rows[0].parked === true;
 }
 
 /**
