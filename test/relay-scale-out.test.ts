@@ -40,7 +40,6 @@ const budget = (ms: number) => {
   return () => end - performance.now();
 };
 
-
 /** Whether a relay holds a slot (a closed slot is no relay). */
 const relayRunning = async () => (await relaySlotState(db.pool, { maxRelays: 64 })).running > 0;
 
@@ -100,12 +99,12 @@ describe('relay slots', () => {
     expect(closed).toEqual([2, 3]);
     expect(await relaySlotState(db.pool, { maxRelays: 4 })).toMatchObject({ held: 4, running: 2, lowest: 0 });
     // Slot 2's holder finds so at its next renewal.
-    expect(
-      await renewRelaySlot(db.pool, { slot: 2, holder: holders[2] as string, aliveMs: 60_000 }),
-    ).toEqual({ renewed: false, closed: true });
-    expect(
-      await renewRelaySlot(db.pool, { slot: 0, holder: holders[0] as string, aliveMs: 60_000 }),
-    ).toEqual({ renewed: true, closed: false });
+    expect(await renewRelaySlot(db.pool, { slot: 2, holder: holders[2] as string, aliveMs: 60_000 })).toEqual(
+      { renewed: false, closed: true },
+    );
+    expect(await renewRelaySlot(db.pool, { slot: 0, holder: holders[0] as string, aliveMs: 60_000 })).toEqual(
+      { renewed: true, closed: false },
+    );
     // Its release leaves the closed slot closed.
     await releaseRelaySlot(db.pool, 2, holders[2] as string);
     expect(await slot(crypto.randomUUID())).toBeUndefined();
