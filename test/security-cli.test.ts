@@ -6,8 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { withPool } from '../lib/cli/shared.js';
-import { listDeadLetters } from '../lib/operations/dead-letters.js';
 import { printable, textTable } from '../lib/operations/text-table.js';
+import { listDeadLetters } from '../lib/sql/list-dead-letters.js';
 import { useTestDatabase } from './support/database.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

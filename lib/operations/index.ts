@@ -4,6 +4,13 @@
  * delete rows past their retention.
  */
 
+export {
+  DEAD_LETTER_COUNT_CAP,
+  type DeadLetter,
+  type DeadLetterPage,
+  type ListDeadLettersOptions,
+  listDeadLetters,
+} from '../sql/list-dead-letters.js';
 export { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
 export { listReplays, type ReplayRecord } from '../sql/replay-events.js';
 export {
@@ -16,13 +23,6 @@ export {
   runCleanup,
 } from './cleanup.js';
 export { loadCleanupConfig } from './cleanup-config.js';
-export {
-  DEAD_LETTER_COUNT_CAP,
-  type DeadLetter,
-  type DeadLetterPage,
-  type ListDeadLettersOptions,
-  listDeadLetters,
-} from './dead-letters.js';
 export {
   parseRedriveInput,
   type RedriveInput,
