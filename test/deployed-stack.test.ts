@@ -8,8 +8,14 @@
 
 import { randomUUID } from 'node:crypto';
 import { EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
+import {
+  CreateRoleCommand,
+  IAMClient,
+  ListAttachedRolePoliciesCommand,
+  PutRolePolicyCommand,
+} from '@aws-sdk/client-iam';
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
-import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { GetBucketPolicyCommand, GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   CreateSecretCommand,
   GetSecretValueCommand,
@@ -38,6 +44,7 @@ import {
   invokeFunction,
   jsonLines,
   LogTail,
+  SERVICE,
   serverless,
   stageParamDefault,
 } from '../scripts/local/stack.js';
@@ -266,12 +273,15 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
 
 describe('least privilege, enforced by the emulator', () => {
   /** Clients acting as one function's execution role. */
-  async function as(fn: 'relay' | 'consumer' | 'redrive' | 'cleanup') {
+  const as = (fn: 'relay' | 'consumer' | 'redrive' | 'cleanup') => asRole(stack.roleName(fn));
+
+  /** Clients acting as the role `roleName`; with `https`, each request says it came over TLS. */
+  async function asRole(roleName: string, options: { https?: boolean } = {}) {
     const sts = new STSClient(emulatorClientConfig(stack.endpoint));
     const { Credentials } = await sts.send(
       new AssumeRoleCommand({
-        RoleArn: `arn:aws:iam::000000000000:role/${stack.roleName(fn)}`,
-        RoleSessionName: `test-${fn}`,
+        RoleArn: `arn:aws:iam::000000000000:role/${roleName}`,
+        RoleSessionName: `test-${roleName}`.slice(0, 64),
       }),
     );
     const config = {
@@ -284,13 +294,60 @@ describe('least privilege, enforced by the emulator', () => {
         sessionToken: Credentials?.SessionToken,
       },
     };
-    return {
+    const clients = {
       sqs: new SQSClient(config),
       events: new EventBridgeClient(config),
       secrets: new SecretsManagerClient(config),
       s3: new S3Client({ ...config, forcePathStyle: true }),
       lambda: new LambdaClient(config),
     };
+    if (options.https) {
+      // MiniStack serves plain HTTP and takes aws:SecureTransport from the
+      // x-forwarded-proto header a TLS-terminating proxy would set.
+      type Args = { request: { headers: Record<string, string> } };
+      const markHttps = (next: (args: Args) => Promise<unknown>) => (args: Args) => {
+        args.request.headers['x-forwarded-proto'] = 'https';
+        return next(args);
+      };
+      clients.sqs.middlewareStack.add(markHttps as never, { step: 'build', name: 'markHttps' });
+      clients.s3.middlewareStack.add(markHttps as never, { step: 'build', name: 'markHttps' });
+    }
+    return clients;
+  }
+
+  /**
+   * A role of the test's own, allowed S3, SQS and EventBridge on every
+   * resource by its identity policy: what it is refused, the resources'
+   * own policies refuse.
+   */
+  async function broadRole(name: string): Promise<string> {
+    const iam = new IAMClient(emulatorClientConfig(stack.endpoint));
+    await iam.send(
+      new CreateRoleCommand({
+        RoleName: name,
+        AssumeRolePolicyDocument: JSON.stringify({
+          Version: '2012-10-17',
+          Statement: [
+            {
+              Effect: 'Allow',
+              Principal: { AWS: 'arn:aws:iam::000000000000:root' },
+              Action: 'sts:AssumeRole',
+            },
+          ],
+        }),
+      }),
+    );
+    await iam.send(
+      new PutRolePolicyCommand({
+        RoleName: name,
+        PolicyName: 'broad',
+        PolicyDocument: JSON.stringify({
+          Version: '2012-10-17',
+          Statement: [{ Effect: 'Allow', Action: ['s3:*', 'sqs:*', 'events:*'], Resource: '*' }],
+        }),
+      }),
+    );
+    return name;
   }
   const denied = { name: expect.stringMatching(/AccessDenied|NotAuthorized|Unauthorized/i) };
   const send = (queueUrl: string) => new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: '{}' });
@@ -371,6 +428,95 @@ describe('least privilege, enforced by the emulator', () => {
     ).resolves.toBeDefined();
     await expect(sqs.send(send(stack.outputs.OutboxQueueUrl as string))).rejects.toMatchObject(denied);
     await expect(events.send(put())).rejects.toMatchObject(denied);
+  }, 60_000);
+
+  it('the relay writes and the consumer reads payloads under the payload prefix only', async () => {
+    const relay = await as('relay');
+    await expect(relay.s3.send(putPayload(`other/${randomUUID()}`))).rejects.toMatchObject(denied);
+    const consumer = await as('consumer');
+    await expect(consumer.s3.send(getPayload(`other/${randomUUID()}`))).rejects.toMatchObject(denied);
+  }, 60_000);
+
+  it('no role has AWSLambdaVPCAccessExecutionRole (the local stage has no VPC) or any other managed policy', async () => {
+    const iam = new IAMClient(emulatorClientConfig(stack.endpoint));
+    for (const fn of ['relay', 'consumer', 'redrive', 'cleanup'] as const) {
+      const { AttachedPolicies } = await iam.send(
+        new ListAttachedRolePoliciesCommand({ RoleName: stack.roleName(fn) }),
+      );
+      expect(AttachedPolicies ?? []).toEqual([]);
+    }
+  }, 60_000);
+
+  it('the deployed bucket, queues and dead-letter queues carry their policies', async () => {
+    const admin = {
+      s3: new S3Client({ ...emulatorClientConfig(stack.endpoint), forcePathStyle: true }),
+      sqs: new SQSClient(emulatorClientConfig(stack.endpoint)),
+    };
+    const sids = (policy: string | undefined) =>
+      (JSON.parse(policy ?? '{}').Statement ?? []).map((st: { Sid?: string }) => st.Sid);
+    const bucket = await admin.s3.send(
+      new GetBucketPolicyCommand({ Bucket: stack.outputs.PayloadBucketName }),
+    );
+    expect(sids(bucket.Policy)).toEqual(['DenyInsecureTransport', 'DenyWritesButTheRelay']);
+    const attributes = async (url: string) =>
+      (
+        await admin.sqs.send(
+          new GetQueueAttributesCommand({
+            QueueUrl: url,
+            AttributeNames: ['Policy', 'RedriveAllowPolicy', 'QueueArn'],
+          }),
+        )
+      ).Attributes ?? {};
+    const { outputs } = stack;
+    for (const url of [
+      outputs.OutboxQueueUrl,
+      outputs.OutboxQueueDLQUrl,
+      outputs.OutboxFifoQueueUrl,
+      outputs.OutboxFifoQueueDLQUrl,
+      outputs.ConsumerQueueUrl,
+      outputs.ConsumerDLQUrl,
+    ] as string[]) {
+      expect(sids((await attributes(url)).Policy), url).toContain('DenyInsecureTransport');
+    }
+    for (const [dlq, source] of [
+      [outputs.OutboxQueueDLQUrl, outputs.OutboxQueueUrl],
+      [outputs.OutboxFifoQueueDLQUrl, outputs.OutboxFifoQueueUrl],
+      [outputs.ConsumerDLQUrl, outputs.ConsumerQueueUrl],
+    ] as Array<[string, string]>) {
+      const allow = JSON.parse((await attributes(dlq)).RedriveAllowPolicy ?? '{}');
+      expect(allow).toEqual({
+        redrivePermission: 'byQueue',
+        sourceQueueArns: [(await attributes(source)).QueueArn],
+      });
+    }
+  }, 60_000);
+
+  it('the bucket policy lets only the relay write payloads, whatever a role is granted', async () => {
+    const key = `payloads/${randomUUID()}`;
+    await (await as('relay')).s3.send(putPayload(key));
+    const other = await asRole(await broadRole(`${SERVICE}-${stack.stage}-broad-${Date.now()}`));
+    await expect(other.s3.send(putPayload(`payloads/${randomUUID()}`))).rejects.toMatchObject(denied);
+    // Its identity policy does reach the bucket: reads are not fenced.
+    await expect(other.s3.send(getPayload(key))).resolves.toBeDefined();
+  }, 60_000);
+
+  it('the bucket and the queues refuse requests that did not come over TLS', async () => {
+    const key = `payloads/${randomUUID()}`;
+    await (await as('relay')).s3.send(putPayload(key));
+    // The local stage applies the deny statements to this probe role only
+    // (serverless.yml, emulatorIamCompat): MiniStack serves the deployed
+    // functions over plain HTTP too.
+    const probe = await broadRole(`${SERVICE}-${stack.stage}-tls-probe`);
+    const plain = await asRole(probe);
+    const tls = await asRole(probe, { https: true });
+    const queueAttributes = (url: string) =>
+      new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['QueueArn'] });
+    for (const url of [stack.outputs.OutboxQueueUrl, stack.outputs.ConsumerQueueUrl] as string[]) {
+      await expect(plain.sqs.send(queueAttributes(url))).rejects.toMatchObject(denied);
+      await expect(tls.sqs.send(queueAttributes(url))).resolves.toBeDefined();
+    }
+    await expect(plain.s3.send(getPayload(key))).rejects.toMatchObject(denied);
+    await expect(tls.s3.send(getPayload(key))).resolves.toBeDefined();
   }, 60_000);
 
   it('redrive and cleanup cannot publish anywhere', async () => {
