@@ -190,6 +190,32 @@ describe('payloads are never logged', () => {
     ]);
   });
 
+  it("the relay logs an event's aggregate id (an e-mail address here) only with logAggregateId", async () => {
+    const queue = await createQueue(aws.sqs, uniqueName('security-relay-aggregate-id'));
+    async function relayLog(options: { logAggregateId?: boolean }) {
+      // Routed nowhere: dead-lettered at once, and logged with its fields.
+      await produced.enqueue(db.pool, 'customer.registered', {
+        aggregateId: EMAIL,
+        payload: { customer: { email: 'a@b.example', name: 'A' } },
+      });
+      await db.pool.query(
+        `UPDATE outbox_events SET event_type = 'account.unrouted' WHERE processed_at IS NULL`,
+      );
+      const { relay, log } = emulatorRelay(
+        db.pool,
+        aws,
+        [{ match: 'customer.*', targets: [{ type: 'sqs', queueUrl: queue.url }] }],
+        options,
+      );
+      expect(await drainUntilIdle(relay)).toMatchObject({ deadLettered: 1 });
+      const dead = log.lines.filter((l) => l.message === 'event dead-lettered');
+      expect(dead).toHaveLength(1);
+      return printed(log.lines);
+    }
+    expect(await relayLog({})).not.toContain(EMAIL);
+    expect(await relayLog({ logAggregateId: true })).toContain(EMAIL);
+  });
+
   it("the consumer logs an event's aggregate id (an e-mail address here) only when asked: logAggregateId or OUTBOX_LOG_AGGREGATE_ID=true", async () => {
     // FIFO, as the relay sends to it: the group is `customer:<aggregate id>`.
     const queue = await createQueue(aws.sqs, `${uniqueName('security-aggregate-id')}.fifo`);

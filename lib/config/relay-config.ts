@@ -37,7 +37,7 @@ export interface RelayConfig {
  *   `OUTBOX_MAX_PER_AGGREGATE` (ordered mode: events of one aggregate per claim, default 50)
  * - `OUTBOX_BATCH_SIZE`, `OUTBOX_WORKERS`, `OUTBOX_CONCURRENCY`, `OUTBOX_LEASE_MS`,
  *   `OUTBOX_MAX_ATTEMPTS`, `OUTBOX_BACKOFF_BASE_MS`, `OUTBOX_BACKOFF_FACTOR`,
- *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`,
+ *   `OUTBOX_BACKOFF_MAX_MS`, `OUTBOX_SAFETY_MARGIN_MS`, `OUTBOX_IDLE_WAIT_MS`, `OUTBOX_IDLE_WAIT_MIN_MS`, `OUTBOX_LISTEN`, `OUTBOX_LOG_AGGREGATE_ID`,
  *   `OUTBOX_MAX_PENDING_AGE_MS`, `OUTBOX_PUBLISHED_ROWS` (`keep` | `delete`: what becomes of a published row)
  * - `OUTBOX_SCHEMA`: the schema of the outbox tables (unset: unqualified names, via `search_path`)
  * - `OUTBOX_LARGE_PAYLOAD_BUCKET` (S3 bucket for payloads too large for a message; unset: such
@@ -100,6 +100,7 @@ export function loadRelayConfig(env: Env = process.env): RelayConfig {
       z.enum(['keep', 'delete'], { error: 'expected "keep" or "delete"' }).optional(),
     ),
     schema: schemaVar(env),
+    logAggregateId: readVar(env, 'OUTBOX_LOG_AGGREGATE_ID', boolVar),
   };
   relay.maxClaimBytes =
     readVar(env, 'OUTBOX_CLAIM_MAX_BYTES', intVar(65_536, 2 ** 31 - 1)) ??

@@ -9,7 +9,7 @@ import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
 import { decide } from './decide.js';
 import type { ResolvedRelayOptions } from './options.js';
-import { type BatchReport, bump, emptyReport } from './report.js';
+import { type BatchReport, bump, emptyReport, eventFields } from './report.js';
 import type { WaitingSummary } from './waiting.js';
 
 /** Unordered mode: a claim from the start of the table at least this often (claims, ms). */
@@ -185,12 +185,10 @@ export class BatchPipeline {
     for (const dead of claim.exhausted) {
       report.deadLettered++;
       bump(report.deadLetteredByType, dead.eventType);
-      logger.error('event dead-lettered: its lease expired without an outcome on every attempt', {
-        event_id: dead.id,
-        event_type: dead.eventType,
-        aggregate_id: dead.aggregateId,
-        attempt: dead.attempts,
-      });
+      logger.error(
+        'event dead-lettered: its lease expired without an outcome on every attempt',
+        eventFields(dead, this.deps.options.logAggregateId),
+      );
     }
     report.claimed = claim.events.length;
     if (claim.events.length === 0) {
@@ -245,10 +243,7 @@ export class BatchPipeline {
       report.leaseLost++;
       const event = claim.events.find((e) => e.id === c.id);
       logger.warn('lease lost before the outcome was recorded; another relay owns the event now', {
-        event_id: c.id,
-        event_type: event?.eventType,
-        aggregate_id: event?.aggregateId,
-        attempt: event?.attempts,
+        ...eventFields({ ...event, id: c.id }, this.deps.options.logAggregateId),
         outcome: c.status,
       });
     }

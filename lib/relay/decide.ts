@@ -3,7 +3,7 @@ import type { OutboxEvent } from '../outbox/types.js';
 import type { PublishOutcome } from '../publish/types.js';
 import type { Completion } from '../sql/complete-batch.js';
 import { type BackoffPolicy, backoffDelay } from './backoff.js';
-import { type BatchReport, bump } from './report.js';
+import { type BatchReport, bump, eventFields } from './report.js';
 
 /** What deciding an event's fate depends on besides the event and its outcome. */
 export interface DecidePolicy {
@@ -14,6 +14,7 @@ export interface DecidePolicy {
   /** Now, in ms since the epoch (the maximum pending age counts from the event's `failingSince`). */
   now: number;
   random: () => number;
+  logAggregateId: boolean;
 }
 
 export type Verdict =
@@ -99,10 +100,7 @@ export function decide(
       return { id: event.id, status: 'published', delivered: outcome.delivered };
     }
     const fields = {
-      event_id: event.id,
-      event_type: event.eventType,
-      aggregate_id: event.aggregateId,
-      attempt: event.attempts,
+      ...eventFields(event, policy.logAggregateId),
       error: outcome.error,
       code: outcome.code,
     };

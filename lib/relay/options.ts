@@ -118,6 +118,12 @@ export interface RelayOptions {
    */
   waitingSummaryMs?: number;
   /**
+   * Whether the relay's log lines carry an event's `aggregate_id`. Ids can be
+   * personal data (an e-mail address); the event id and type always travel.
+   * Default false (`OUTBOX_LOG_AGGREGATE_ID=true`).
+   */
+  logAggregateId?: boolean;
+  /**
    * The schema the outbox tables live in (`migrate({ schema })`,
    * `OUTBOX_SCHEMA`). Default: unqualified names, found through the
    * connection's `search_path`.
@@ -152,6 +158,7 @@ export const RELAY_DEFAULTS: ResolvedRelayOptions = {
   maxPendingAgeMs: 86_400_000,
   publishedRows: 'keep',
   waitingSummaryMs: 60_000,
+  logAggregateId: false,
   schema: undefined,
 };
 

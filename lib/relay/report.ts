@@ -2,6 +2,24 @@ import type { OutboxMetrics } from '../observer.js';
 import type { OutboxStats } from '../sql/outbox-stats.js';
 
 /** What one claim-publish-complete cycle did. */
+/** An event's fields for a log line: `aggregate_id` only when `logAggregateId` asks for it. */
+export function eventFields(
+  event: {
+    id: string;
+    eventType?: string | undefined;
+    aggregateId?: string | undefined;
+    attempts?: number | undefined;
+  },
+  logAggregateId: boolean,
+): Record<string, unknown> {
+  return {
+    event_id: event.id,
+    event_type: event.eventType,
+    ...(logAggregateId ? { aggregate_id: event.aggregateId } : {}),
+    attempt: event.attempts,
+  };
+}
+
 export interface BatchReport {
   claimed: number;
   published: number;
