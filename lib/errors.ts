@@ -76,3 +76,37 @@ export class TransactionRolledBackError extends OutboxError {
     this.name = 'TransactionRolledBackError';
   }
 }
+
+/**
+ * An outbox table, view or column was not where the outbox looked for it
+ * (PostgreSQL's 42P01 undefined_table or 42703 undefined_column on one of the
+ * outbox's own statements): the outbox lives in another schema than the one
+ * given (or none was given, and the connection's `search_path` found nothing,
+ * or a table of the same name that is not the outbox's), or its migrations
+ * have not run. The message names the schema looked in and the fix; `cause`
+ * is the database's error.
+ */
+export class OutboxSchemaError extends OutboxError {
+  /** The schema the outbox looked in; undefined: unqualified names, through `search_path`. */
+  readonly schema: string | undefined;
+  /** The relation or column the database did not find, as it named it (undefined if it did not say). */
+  readonly missing: string | undefined;
+  /** The SQLSTATE: `42P01` (no such relation) or `42703` (no such column). */
+  readonly code: '42P01' | '42703';
+
+  constructor(
+    message: string,
+    options: {
+      cause: unknown;
+      schema: string | undefined;
+      missing: string | undefined;
+      code: '42P01' | '42703';
+    },
+  ) {
+    super(message, { cause: options.cause });
+    this.name = 'OutboxSchemaError';
+    this.schema = options.schema;
+    this.missing = options.missing;
+    this.code = options.code;
+  }
+}

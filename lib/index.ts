@@ -1,7 +1,9 @@
 /**
- * `pg-lambda-outbox`: the write side. Enqueue events in the transaction that
- * writes your business data, migrate the outbox tables, and the error
- * hierarchy every entry point throws from. Everything not re-exported here or
+ * `pg-lambda-outbox`: the write side. `createOutbox({ schema })` says once
+ * where the outbox lives and writes events, runs operations and is given to
+ * consumers; enqueue events in the transaction that writes your business
+ * data, migrate the outbox tables, and the error hierarchy every entry point
+ * throws from. Everything not re-exported here or
  * from the other entry points (`/consumer`, `/relay`, `/operations`,
  * `/lambda`) is internal and may change in any release.
  */
@@ -22,6 +24,7 @@ export {
   ConfigError,
   DatabaseUnavailableError,
   OutboxError,
+  OutboxSchemaError,
   PublishError,
   TransactionRolledBackError,
   ValidationError,
@@ -33,6 +36,15 @@ export {
   ENQUEUE_CALL_MAX_BYTES,
   LARGE_PAYLOAD_MAX_BYTES,
 } from './outbox/limits.js';
+export {
+  createOutbox,
+  type Outbox,
+  type OutboxContractWrites,
+  type OutboxOperations,
+  type OutboxOptions,
+  type OutboxWriteOptions,
+  type OutboxWrites,
+} from './outbox/outbox.js';
 export {
   createRelayWaker,
   type LambdaSender,

@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
 import { boolVar, type Env, intVar, readVar } from '../config/env.js';
-import { validateSchemaName } from '../db/schema.js';
+import { resolveSchema } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import { LARGE_PAYLOAD_MAX_BYTES } from '../outbox/limits.js';
@@ -57,9 +57,16 @@ export interface ConsumerOptions<Events extends Record<string, unknown> = Record
   /**
    * The schema of the dedupe tables (`processed_events`,
    * `processed_event_replays`), as given to `migrate({ schema })`. Default:
-   * unqualified names, found through the connection's `search_path`.
+   * the `outbox` handle's, else the `OUTBOX_SCHEMA` environment variable,
+   * else unqualified names, found through the connection's `search_path`.
    */
   schema?: string | undefined;
+  /**
+   * The service's outbox handle (`createOutbox({ schema })` of
+   * `pg-lambda-outbox`): the consumer uses its schema, said once for the
+   * whole service. Given together with `schema`, the two must agree.
+   */
+  outbox?: { readonly schema: string | undefined } | undefined;
   /**
    * Whether log lines name the event's `aggregate_id`. Off by default: where
    * aggregate ids are personal data (an e-mail address as a customer id),
@@ -116,6 +123,7 @@ const KNOWN_OPTIONS = new Set([
   'replays',
   'largePayloads',
   'schema',
+  'outbox',
   'logAggregateId',
 ]);
 
@@ -143,6 +151,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     replays,
     largePayloads,
     schema,
+    outbox,
     logAggregateId,
   } = options;
   if (typeof name !== 'string' || name.trim() === '' || [...name].length > 255) {
@@ -176,6 +185,15 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
   if (replays !== undefined && replays !== 'skip' && replays !== 'handle') {
     throw new ConfigError('replays', `expected 'skip' or 'handle' (got ${JSON.stringify(replays)})`);
   }
+  if (outbox !== undefined && (typeof outbox !== 'object' || outbox === null || !('schema' in outbox))) {
+    throw new ConfigError('outbox', "expected the service's outbox handle (createOutbox({ schema }))");
+  }
+  if (outbox !== undefined && schema !== undefined && schema !== outbox.schema) {
+    throw new ConfigError(
+      'schema',
+      `${JSON.stringify(schema)} differs from the outbox handle's schema ${JSON.stringify(outbox.schema ?? null)}: give one of them`,
+    );
+  }
   if (logAggregateId !== undefined && typeof logAggregateId !== 'boolean') {
     throw new ConfigError('logAggregateId', 'expected true or false');
   }
@@ -188,7 +206,7 @@ export function resolveConsumerOptions<Events extends Record<string, unknown>>(
     safetyMarginMs: margin,
     replays: replays ?? 'skip',
     largePayloads: resolveLargePayloads(largePayloads, env),
-    schema: validateSchemaName(schema),
+    schema: resolveSchema(outbox !== undefined ? outbox.schema : schema, env),
     logAggregateId: logAggregateId ?? readVar(env, 'OUTBOX_LOG_AGGREGATE_ID', boolVar) ?? false,
   };
 }

@@ -1,4 +1,4 @@
-import { ConfigError } from '../errors.js';
+import { ConfigError, OutboxSchemaError } from '../errors.js';
 
 /**
  * The outbox's tables, views and function as SQL names: unqualified (found
@@ -105,4 +105,87 @@ export function perSchema<S>(build: (tables: OutboxTables) => S): (schema?: stri
     }
     return statements;
   };
+}
+
+/**
+ * The schema an entry point uses: `schema` when given (validated), else the
+ * `OUTBOX_SCHEMA` environment variable, else undefined (unqualified names,
+ * found through the connection's `search_path`). Unset and empty are the
+ * same, as for the relay (`schemaVar`).
+ */
+export function resolveSchema(
+  schema: string | undefined,
+  env: Record<string, string | undefined> = process.env,
+): string | undefined {
+  if (schema !== undefined) return validateSchemaName(schema);
+  const value = env.OUTBOX_SCHEMA;
+  return value === undefined || value === '' ? undefined : validateSchemaName(value, 'OUTBOX_SCHEMA');
+}
+
+/**
+ * The SQLSTATE and message of a database error, under the wrappers ORMs put
+ * around it: `cause` (Drizzle), `driverError` (TypeORM), and Prisma's
+ * `meta.driverAdapterError.cause` (`originalCode`, `originalMessage`).
+ */
+function databaseError(error: unknown, depth = 0): { code: string; message: string } | undefined {
+  if (depth > 4 || typeof error !== 'object' || error === null) return undefined;
+  const e = error as {
+    code?: unknown;
+    message?: unknown;
+    cause?: unknown;
+    driverError?: unknown;
+    meta?: { driverAdapterError?: { cause?: { originalCode?: unknown; originalMessage?: unknown } } };
+  };
+  const prisma = e.meta?.driverAdapterError?.cause;
+  if (typeof prisma?.originalCode === 'string') {
+    return { code: prisma.originalCode, message: String(prisma.originalMessage ?? '') };
+  }
+  if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) {
+    return { code: e.code, message: typeof e.message === 'string' ? e.message : '' };
+  }
+  return databaseError(e.driverError, depth + 1) ?? databaseError(e.cause, depth + 1);
+}
+
+/**
+ * `error` as an {@link OutboxSchemaError} when it is PostgreSQL's "no such
+ * relation" (42P01) or "no such column" (42703), else `error` itself. Only
+ * for errors of the outbox's own statements: the message blames the
+ * outbox's schema. It names the relation or column and the fix, never the
+ * statement.
+ */
+export function schemaError(error: unknown, schema: string | undefined): unknown {
+  if (error instanceof OutboxSchemaError) return error;
+  const found = databaseError(error);
+  if (found?.code !== '42P01' && found?.code !== '42703') return error;
+  const missing = /"([^"]+)"/.exec(found.message)?.[1];
+  const where =
+    schema === undefined
+      ? "no schema was given, so the outbox's tables were looked up through the connection's search_path"
+      : `looked in schema "${schema}"`;
+  const migrate = `npx pg-lambda-outbox migrate --schema ${schema ?? '<name>'}`;
+  const say = "give the outbox's schema once: createOutbox({ schema }), the schema option, or OUTBOX_SCHEMA";
+  const message =
+    found.code === '42P01'
+      ? `outbox table ${missing ?? '(unnamed)'} not found (${where}): ${say}; ` +
+        `if the outbox was never migrated there, run \`${migrate}\` (or migrate({ schema }))`
+      : `outbox column ${missing ?? '(unnamed)'} not found (${where}): ` +
+        (schema === undefined
+          ? `the table found is not the outbox's (one of your own with the same name?); ${say}, ` +
+            `after \`${migrate}\` if the outbox has no schema of its own yet`
+          : `the outbox's migrations are behind this version: run \`${migrate}\` (or migrate({ schema }))`);
+  return new OutboxSchemaError(message, {
+    cause: error,
+    schema,
+    missing,
+    code: found.code,
+  });
+}
+
+/** Runs `work`, turning a missing outbox table or column into an {@link OutboxSchemaError}. */
+export async function withSchemaErrors<T>(schema: string | undefined, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    throw schemaError(error, schema);
+  }
 }

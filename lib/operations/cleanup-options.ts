@@ -1,4 +1,4 @@
-import { validateSchemaName } from '../db/schema.js';
+import { resolveSchema } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 
 /** Cleanup settings as a caller gives them; every field has a default. */
@@ -29,7 +29,10 @@ export interface CleanupOptions {
    * (the default): as fast as the database goes.
    */
   maxRowsPerSecond?: number | null;
-  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  /**
+   * The schema of the outbox tables (`migrate({ schema })`). Default: the
+   * `OUTBOX_SCHEMA` environment variable, else unqualified names (`search_path`).
+   */
   schema?: string | undefined;
 }
 
@@ -56,6 +59,6 @@ export function resolveCleanupOptions(options: CleanupOptions = {}): ResolvedCle
   if (rate !== null && !(Number.isFinite(rate) && rate > 0)) {
     throw new ConfigError('maxRowsPerSecond', `expected a number of rows > 0, or null (got ${rate})`);
   }
-  resolved.schema = validateSchemaName(resolved.schema);
+  resolved.schema = resolveSchema(resolved.schema);
   return resolved;
 }

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { withSchemaErrors } from '../db/schema.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import { deleteIdleAggregateLocks } from '../sql/cleanup-aggregate-locks.js';
 import { cleanupCutoffs } from '../sql/cleanup-cutoffs.js';
@@ -88,8 +89,17 @@ type DeleteBatch = (db: Queryable, cutoff: Date, limit: number, schema?: string)
  * // → { finished: true, outboxEvents: { deleted: 80000, statements: 17, ... }, ... }
  */
 export async function runCleanup(deps: CleanupDeps, run: CleanupRunOptions): Promise<CleanupReport> {
-  const started = performance.now();
   const options: ResolvedCleanupOptions = resolveCleanupOptions(deps.options);
+  // A missing table or column: an OutboxSchemaError naming the schema looked in.
+  return withSchemaErrors(options.schema, () => cleanup(deps, run, options));
+}
+
+async function cleanup(
+  deps: CleanupDeps,
+  run: CleanupRunOptions,
+  options: ResolvedCleanupOptions,
+): Promise<CleanupReport> {
+  const started = performance.now();
   const logger = deps.logger ?? silentLogger;
   const metrics = deps.metrics ?? noMetrics;
   const cutoffs = await cleanupCutoffs(

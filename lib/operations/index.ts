@@ -1,7 +1,10 @@
 /**
  * `pg-lambda-outbox/operations`: what operators run against the outbox:
  * redrive or discard dead letters, list them, read the outbox's status, and
- * delete rows past their retention.
+ * delete rows past their retention. Each takes the outbox's `schema`
+ * (default: `OUTBOX_SCHEMA`, else the connection's `search_path`); the
+ * `createOutbox({ schema })` handle of the main entry point runs them all in
+ * its schema.
  */
 
 export {
@@ -9,10 +12,9 @@ export {
   type DeadLetter,
   type DeadLetterPage,
   type ListDeadLettersOptions,
-  listDeadLetters,
 } from '../sql/list-dead-letters.js';
-export { type OutboxStats, outboxStats } from '../sql/outbox-stats.js';
-export { listReplays, type ReplayRecord } from '../sql/replay-events.js';
+export type { OutboxStats } from '../sql/outbox-stats.js';
+export type { ReplayRecord } from '../sql/replay-events.js';
 export {
   type CleanupDeps,
   type CleanupOptions,
@@ -23,6 +25,7 @@ export {
   runCleanup,
 } from './cleanup.js';
 export { loadCleanupConfig } from './cleanup-config.js';
+export { listDeadLetters, listReplays, outboxStats } from './reads.js';
 export {
   parseRedriveInput,
   type RedriveInput,

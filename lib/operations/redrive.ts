@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import { validateSchemaName } from '../db/schema.js';
+import { resolveSchema, withSchemaErrors } from '../db/schema.js';
 import { withTransaction } from '../db/transaction.js';
 import {
   countDeadLetters,
@@ -70,7 +70,10 @@ export async function redriveDeadLetters(
 }
 
 export interface RedriveOptions {
-  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  /**
+   * The schema of the outbox tables (`migrate({ schema })`). Default: the
+   * `OUTBOX_SCHEMA` environment variable, else unqualified names (`search_path`).
+   */
   schema?: string | undefined;
 }
 
@@ -80,39 +83,41 @@ export async function redrive(
   request: RedriveRequest,
   options: RedriveOptions = {},
 ): Promise<RedriveResult> {
-  const schema = validateSchemaName(options.schema);
-  return withTransaction(pool, async (client) => {
-    // The database, not just this code, guarantees that a dry run writes nothing.
-    if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
-    const selected = await selectDeadLetters(client, request, request.limit, {
-      lock: !request.dryRun,
-      schema,
-    });
-    // Counted after the lock, so the figure agrees with what was selected.
-    const matched = await countDeadLetters(client, request, schema);
-    const result = {
-      action: request.action,
-      dryRun: request.dryRun,
-      matched,
-      reset: 0,
-      discarded: 0,
-      busy: 0,
-    };
-    if (request.action === 'discard') {
-      const ids = selected.map((e) => e.id);
-      if (request.dryRun) return { ...result, ids };
-      const done = await discardDeadLetters(client, ids, request.requestedBy ?? null, schema);
-      return { ...result, discarded: done.size, ids: ids.filter((id) => done.has(id)) };
-    }
-    // A redriven dead letter becomes its aggregate's earliest unfinished
-    // event, so a redrive must not run under a relay holding that aggregate,
-    // nor behind a claim about to take its old head: the same rules as a
-    // replay (busyAggregates in replay-events.ts).
-    const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
-    const free = selected.filter((e) => !busy.has(aggregateKey(e))).map((e) => e.id);
-    const counted = { ...result, busy: selected.length - free.length };
-    if (request.dryRun) return { ...counted, ids: free };
-    const reset = await resetDeadLetters(client, free, schema);
-    return { ...counted, reset: reset.size, ids: free.filter((id) => reset.has(id)) };
-  });
+  const schema = resolveSchema(options.schema);
+  return withSchemaErrors(schema, () =>
+    withTransaction(pool, async (client) => {
+      // The database, not just this code, guarantees that a dry run writes nothing.
+      if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
+      const selected = await selectDeadLetters(client, request, request.limit, {
+        lock: !request.dryRun,
+        schema,
+      });
+      // Counted after the lock, so the figure agrees with what was selected.
+      const matched = await countDeadLetters(client, request, schema);
+      const result = {
+        action: request.action,
+        dryRun: request.dryRun,
+        matched,
+        reset: 0,
+        discarded: 0,
+        busy: 0,
+      };
+      if (request.action === 'discard') {
+        const ids = selected.map((e) => e.id);
+        if (request.dryRun) return { ...result, ids };
+        const done = await discardDeadLetters(client, ids, request.requestedBy ?? null, schema);
+        return { ...result, discarded: done.size, ids: ids.filter((id) => done.has(id)) };
+      }
+      // A redriven dead letter becomes its aggregate's earliest unfinished
+      // event, so a redrive must not run under a relay holding that aggregate,
+      // nor behind a claim about to take its old head: the same rules as a
+      // replay (busyAggregates in replay-events.ts).
+      const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
+      const free = selected.filter((e) => !busy.has(aggregateKey(e))).map((e) => e.id);
+      const counted = { ...result, busy: selected.length - free.length };
+      if (request.dryRun) return { ...counted, ids: free };
+      const reset = await resetDeadLetters(client, free, schema);
+      return { ...counted, reset: reset.size, ids: free.filter((id) => reset.has(id)) };
+    }),
+  );
 }

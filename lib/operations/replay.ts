@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Pool } from 'pg';
-import { validateSchemaName } from '../db/schema.js';
+import { resolveSchema, withSchemaErrors } from '../db/schema.js';
 import { withTransaction } from '../db/transaction.js';
 import {
   aggregateKey,
@@ -41,7 +41,10 @@ export interface ReplayOptions {
    * identity it logs, the CLI the OS user and host.
    */
   caller?: Record<string, unknown>;
-  /** The schema of the outbox tables (`migrate({ schema })`); default unqualified names. */
+  /**
+   * The schema of the outbox tables (`migrate({ schema })`). Default: the
+   * `OUTBOX_SCHEMA` environment variable, else unqualified names (`search_path`).
+   */
   schema?: string | undefined;
 }
 
@@ -86,45 +89,47 @@ export async function replay(
   request: ReplayRequest,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
-  const schema = validateSchemaName(options.schema);
-  return withTransaction(pool, async (client) => {
-    // The database, not just this code, guarantees that a dry run writes nothing.
-    if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
-    const selected = await selectReplayable(client, request, request.limit, {
-      lock: !request.dryRun,
-      schema,
-    });
-    // Counted after the lock, so the figure agrees with what was selected.
-    const matched = await countReplayable(client, request, schema);
-    const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
-    const free = selected.filter((e) => !busy.has(aggregateKey(e)));
-    const result = {
-      action: 'replay' as const,
-      dryRun: request.dryRun,
-      matched,
-      busy: selected.length - free.length,
-    };
-    if (request.dryRun) return { ...result, replayId: null, replayed: 0, ids: free.map((e) => e.id) };
-    const replayId = randomUUID();
-    const reset = await resetForReplay(
-      client,
-      free.map((e) => e.id),
-      replayId,
-      schema,
-    );
-    const ids = free.map((e) => e.id).filter((id) => reset.has(id));
-    await insertReplayAudit(
-      client,
-      {
-        id: replayId,
-        requestedBy: request.requestedBy ?? '(not given)',
-        caller: options.caller ?? {},
-        filter: auditFilter(request),
+  const schema = resolveSchema(options.schema);
+  return withSchemaErrors(schema, () =>
+    withTransaction(pool, async (client) => {
+      // The database, not just this code, guarantees that a dry run writes nothing.
+      if (request.dryRun) await client.query('SET TRANSACTION READ ONLY');
+      const selected = await selectReplayable(client, request, request.limit, {
+        lock: !request.dryRun,
+        schema,
+      });
+      // Counted after the lock, so the figure agrees with what was selected.
+      const matched = await countReplayable(client, request, schema);
+      const busy = await busyAggregates(client, selected, { lock: !request.dryRun, schema });
+      const free = selected.filter((e) => !busy.has(aggregateKey(e)));
+      const result = {
+        action: 'replay' as const,
+        dryRun: request.dryRun,
         matched,
-        eventIds: ids,
-      },
-      schema,
-    );
-    return { ...result, replayId, replayed: ids.length, ids };
-  });
+        busy: selected.length - free.length,
+      };
+      if (request.dryRun) return { ...result, replayId: null, replayed: 0, ids: free.map((e) => e.id) };
+      const replayId = randomUUID();
+      const reset = await resetForReplay(
+        client,
+        free.map((e) => e.id),
+        replayId,
+        schema,
+      );
+      const ids = free.map((e) => e.id).filter((id) => reset.has(id));
+      await insertReplayAudit(
+        client,
+        {
+          id: replayId,
+          requestedBy: request.requestedBy ?? '(not given)',
+          caller: options.caller ?? {},
+          filter: auditFilter(request),
+          matched,
+          eventIds: ids,
+        },
+        schema,
+      );
+      return { ...result, replayId, replayed: ids.length, ids };
+    }),
+  );
 }

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
-import { type OutboxTables, outboxTables } from '../db/schema.js';
+import { type OutboxTables, outboxTables, resolveSchema, withSchemaErrors } from '../db/schema.js';
 import { ValidationError } from '../errors.js';
 import { activeTraceHeaders, loadOpenTelemetry } from '../trace/opentelemetry.js';
 import { ENQUEUE_CALL_MAX_BYTES } from './limits.js';
@@ -22,7 +22,9 @@ export interface EnqueueOptions extends ValidateOptions {
   lockAggregates?: boolean;
   /**
    * The schema the outbox tables live in (`migrate({ schema })`). Default:
-   * unqualified names, found through the connection's `search_path`.
+   * the `OUTBOX_SCHEMA` environment variable, else unqualified names, found
+   * through the connection's `search_path`. Said once for a whole service
+   * by `createOutbox({ schema })`.
    */
   schema?: string | undefined;
 }
@@ -143,7 +145,8 @@ export async function enqueueEvents(
         '(split them over several calls inside one transaction)',
     );
   }
-  const tables = outboxTables(options.schema);
+  const schema = resolveSchema(options.schema);
+  const tables = outboxTables(schema);
   const values: unknown[] = [
     valid.map((e) => e.id),
     valid.map((e) => e.aggregateType),
@@ -153,11 +156,13 @@ export async function enqueueEvents(
     valid.map((e) => e.headersJson),
     payloadBytes,
   ];
-  if (options.lockAggregates ?? true) {
-    await client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)]);
-  } else {
-    await client.query(INSERT_EVENTS(tables), values);
-  }
+  // A missing table or column (the wrong schema, or none given) becomes an
+  // OutboxSchemaError that says where the outbox looked and what to do.
+  await withSchemaErrors(schema, () =>
+    (options.lockAggregates ?? true)
+      ? client.query(LOCK_AND_INSERT_EVENTS(tables), [...values, ...aggregateKeys(valid)])
+      : client.query(INSERT_EVENTS(tables), values),
+  );
   return valid.map((e) => e.id);
 }
 
