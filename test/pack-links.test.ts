@@ -98,18 +98,6 @@ function linksOf(file: string, markdown: string): Link[] {
   return links;
 }
 
-/**
- * Links owned by another change, left as they are until it rewrites them
- * (they name the repository's tests and CI scripts, which the tarball does
- * not hold): docs/security.md.
- */
-const PENDING = new Set([
-  'docs/security.md ../test/deployed-stack.test.ts',
-  'docs/security.md ../scripts/ci/check-iam.mjs',
-  'docs/security.md ../test/unit/check-iam.test.ts',
-  'docs/security.md ../test/db-roles.test.ts',
-]);
-
 const external = (target: string) => /^[a-z][a-z0-9+.-]*:/i.test(target) || target.startsWith('//');
 
 /** What is wrong with a link, or undefined when it resolves inside the tarball. */
@@ -143,9 +131,7 @@ describe('the Markdown the package ships', () => {
       }
       return text;
     };
-    const links = markdown
-      .flatMap((file) => linksOf(file, read(file)))
-      .filter((l) => !external(l.target) && !PENDING.has(`${l.file} ${l.target}`));
+    const links = markdown.flatMap((file) => linksOf(file, read(file))).filter((l) => !external(l.target));
     expect(links.length).toBeGreaterThan(50);
     const broken = links.flatMap((link) => {
       const why = problem(link, files, read);
