@@ -6,15 +6,16 @@
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import type pg from 'pg';
-import { enqueueEvent, migrate, withTransaction } from 'pg-lambda-outbox';
+import { createOutbox, migrate, withTransaction } from 'pg-lambda-outbox';
 import { createConsumer, defineHandlers } from 'pg-lambda-outbox/consumer';
-import { listDeadLetters } from 'pg-lambda-outbox/operations';
 import { DEFAULT_TEST_QUEUE_URL, testOutbox } from 'pg-lambda-outbox/testing';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { useTestDatabase } from './support/database.js';
 
 const schema = 'outbox';
 const db = useTestDatabase({ migrate: false });
+/** The service's outbox handle, its schema said once. */
+const shop = createOutbox({ schema });
 
 beforeAll(async () => {
   await migrate({ databaseUrl: db.url, schema });
@@ -39,16 +40,12 @@ async function placeOrder(pool: pg.Pool, totalCents: number, options: { fail?: b
   const orderId = crypto.randomUUID();
   const eventId = await withTransaction(pool, async (client) => {
     await client.query('INSERT INTO orders (id, total_cents) VALUES ($1, $2)', [orderId, totalCents]);
-    const id = await enqueueEvent(
-      client,
-      {
-        aggregateType: 'order',
-        aggregateId: orderId,
-        eventType: 'order.placed',
-        payload: { orderId, totalCents } satisfies OrderPlaced,
-      },
-      { schema },
-    );
+    const id = await shop.enqueue(client, {
+      aggregateType: 'order',
+      aggregateId: orderId,
+      eventType: 'order.placed',
+      payload: { orderId, totalCents } satisfies OrderPlaced,
+    });
     if (options.fail) throw new Error('payment declined');
     return id;
   });
@@ -58,9 +55,9 @@ async function placeOrder(pool: pg.Pool, totalCents: number, options: { fail?: b
 /** The service's consumer: a receipt per order, written in the dedupe transaction. */
 function receiptConsumer(pool: pg.Pool, calls: string[] = [], name = 'billing') {
   return createConsumer({
+    outbox: shop,
     name,
     pool,
-    schema,
     handlers: defineHandlers<{ 'order.placed': OrderPlaced }>({
       'order.placed': async (event, tx) => {
         calls.push(event.id);
@@ -76,11 +73,11 @@ function receiptConsumer(pool: pg.Pool, calls: string[] = [], name = 'billing') 
 
 describe('pg-lambda-outbox/testing', () => {
   it('drains what was committed, as the messages SQS would receive, and not what was rolled back', async () => {
-    const outbox = testOutbox({ db: db.pool, schema });
+    const kit = testOutbox({ db: db.pool, outbox: shop });
     const placed = await placeOrder(db.pool, 4200);
     await expect(placeOrder(db.pool, 999, { fail: true })).rejects.toThrow('payment declined');
 
-    const drained = await outbox.drain();
+    const drained = await kit.drain();
     expect(drained.summary).toMatchObject({ published: 1, retried: 0, deadLettered: 0 });
     expect(drained.messages).toHaveLength(1);
     const [message] = drained.messages;
@@ -108,18 +105,18 @@ describe('pg-lambda-outbox/testing', () => {
     expect(message.entry.MessageGroupId).toBeUndefined();
 
     // Published rows are recorded as such: a second drain finds nothing.
-    expect((await outbox.drain()).messages).toEqual([]);
-    expect(outbox.messages()).toHaveLength(1);
+    expect((await kit.drain()).messages).toEqual([]);
+    expect(kit.messages()).toHaveLength(1);
   });
 
   it('delivers to the consumer once per event: the handler runs once, a redelivery is a duplicate', async () => {
-    const outbox = testOutbox({ db: db.pool, schema });
+    const kit = testOutbox({ db: db.pool, outbox: shop });
     const calls: string[] = [];
     const consumer = receiptConsumer(db.pool, calls);
     const orders = [await placeOrder(db.pool, 100), await placeOrder(db.pool, 200)];
 
-    const drained = await outbox.drain();
-    const first = await outbox.deliver(consumer, drained);
+    const drained = await kit.drain();
+    const first = await kit.deliver(consumer, drained);
     expect(first).toMatchObject({
       processed: 2,
       duplicates: 0,
@@ -129,7 +126,7 @@ describe('pg-lambda-outbox/testing', () => {
     });
     expect(calls.sort()).toEqual(orders.map((o) => o.eventId).sort());
 
-    const again = await outbox.deliver(consumer, drained.messages);
+    const again = await kit.deliver(consumer, drained.messages);
     expect(again).toMatchObject({ processed: 0, duplicates: 2, failed: 0 });
     expect(calls).toHaveLength(2);
     const { rows } = await db.pool.query('SELECT order_id, total_cents FROM receipts ORDER BY total_cents');
@@ -137,13 +134,13 @@ describe('pg-lambda-outbox/testing', () => {
   });
 
   it('hands back what a failing handler left on the queue, with its receive count, for the next delivery', async () => {
-    const outbox = testOutbox({ db: db.pool, schema });
+    const kit = testOutbox({ db: db.pool, outbox: shop });
     let failing = true;
     const receiveCounts: number[] = [];
     const consumer = createConsumer({
+      outbox: shop,
       name: 'flaky',
       pool: db.pool,
-      schema,
       handlers: {
         'order.placed': async (_event, _tx, context) => {
           receiveCounts.push(context.receiveCount);
@@ -153,20 +150,20 @@ describe('pg-lambda-outbox/testing', () => {
     });
     await placeOrder(db.pool, 1);
 
-    const drained = await outbox.drain();
-    const failed = await outbox.deliver(consumer, drained);
+    const drained = await kit.drain();
+    const failed = await kit.deliver(consumer, drained);
     expect(failed).toMatchObject({ processed: 0, failed: 1 });
     expect(failed.redeliver).toEqual(drained.messages);
     expect(failed.batchItemFailures).toEqual([{ itemIdentifier: drained.messages[0]?.messageId }]);
 
     failing = false;
-    expect(await outbox.deliver(consumer, failed.redeliver)).toMatchObject({ processed: 1, failed: 0 });
+    expect(await kit.deliver(consumer, failed.redeliver)).toMatchObject({ processed: 1, failed: 0 });
     expect(receiveCounts).toEqual([1, 2]);
   });
 
   it('routes as the relay does: a FIFO queue in aggregate order, a bus through an EventBridge rule', async () => {
     const queueUrl = 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo';
-    const outbox = testOutbox({
+    const kit = testOutbox({
       db: db.pool,
       schema,
       ordering: 'aggregate',
@@ -177,7 +174,7 @@ describe('pg-lambda-outbox/testing', () => {
     });
     // The first route that matches wins: order.placed goes to the queue only.
     const placed = await placeOrder(db.pool, 300);
-    const drained = await outbox.drain();
+    const drained = await kit.drain();
     expect(drained.messages.map((m) => m.target)).toEqual([`sqs:${queueUrl}`]);
     const [message] = drained.messages;
     if (message?.type !== 'sqs') throw new Error('expected an SQS message');
@@ -205,14 +202,14 @@ describe('pg-lambda-outbox/testing', () => {
   });
 
   it('dead-letters at once at a target that rejects the event, and after maxAttempts at one that fails it', async () => {
-    const outbox = testOutbox({ db: db.pool, schema, relay: { maxAttempts: 1 } });
-    outbox.failTarget(DEFAULT_TEST_QUEUE_URL, 'permanent');
+    const kit = testOutbox({ db: db.pool, schema, relay: { maxAttempts: 1 } });
+    kit.failTarget(DEFAULT_TEST_QUEUE_URL, 'permanent');
     const rejected = await placeOrder(db.pool, 1);
-    expect((await outbox.drain()).summary).toMatchObject({ published: 0, deadLettered: 1 });
+    expect((await kit.drain()).summary).toMatchObject({ published: 0, deadLettered: 1 });
 
-    outbox.failTarget(DEFAULT_TEST_QUEUE_URL, 'retryable');
+    kit.failTarget(DEFAULT_TEST_QUEUE_URL, 'retryable');
     const failed = await placeOrder(db.pool, 2);
-    const drained = await outbox.drain();
+    const drained = await kit.drain();
     expect(drained.messages).toEqual([]);
     expect(drained.summary).toMatchObject({
       published: 0,
@@ -220,32 +217,35 @@ describe('pg-lambda-outbox/testing', () => {
       deadLetteredByType: { 'order.placed': 1 },
     });
 
-    const { rows: deadLetters } = await listDeadLetters(db.pool, { limit: 10, schema });
+    const { rows: deadLetters } = await shop.listDeadLetters(db.pool, { limit: 10 });
     expect(deadLetters.map((d) => d.id).sort()).toEqual([rejected.eventId, failed.eventId].sort());
     expect(deadLetters.map((d) => d.lastError).join('\n')).toMatch(/permanent failure set by failTarget/);
-    expect(() => outbox.failTarget('https://sqs.us-east-1.amazonaws.com/000000000000/other')).toThrow(
+    expect(() => kit.failTarget('https://sqs.us-east-1.amazonaws.com/000000000000/other')).toThrow(
       /no route has the target .*other.* \(targets: sqs:https/,
+    );
+    expect(() => testOutbox({ db: db.pool, outbox: shop, schema: 'public' })).toThrow(
+      /schema: differs from the outbox handle's schema "outbox"/,
     );
   });
 
   it('retries an event while its target is unavailable, without spending attempts, and publishes it once healed', async () => {
-    const outbox = testOutbox({
+    const kit = testOutbox({
       db: db.pool,
       schema,
       relay: { maxAttempts: 1, backoff: { baseMs: 20, maxMs: 20 } },
     });
-    outbox.failTarget(DEFAULT_TEST_QUEUE_URL, 'unavailable');
+    kit.failTarget(DEFAULT_TEST_QUEUE_URL, 'unavailable');
     const placed = await placeOrder(db.pool, 5);
-    expect((await outbox.drain()).summary).toMatchObject({
+    expect((await kit.drain()).summary).toMatchObject({
       published: 0,
       retried: 1,
       held: 1,
       deadLettered: 0,
     });
 
-    outbox.healTarget(DEFAULT_TEST_QUEUE_URL);
+    kit.healTarget(DEFAULT_TEST_QUEUE_URL);
     await new Promise((resolve) => setTimeout(resolve, 50)); // the event's backoff
-    const drained = await outbox.drain();
+    const drained = await kit.drain();
     expect(drained.summary).toMatchObject({ published: 1, deadLettered: 0 });
     expect(drained.messages.map((m) => m.envelope.id)).toEqual([placed.eventId]);
   });

@@ -1,4 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
+import { resolveSchema } from '../db/schema.js';
+import { ConfigError } from '../errors.js';
 import type { RouteConfig } from '../publish/routes.js';
 import type { RelayOptions } from '../relay/options.js';
 import { Relay, type RelaySummary } from '../relay/relay.js';
@@ -8,7 +10,15 @@ import { InMemoryPublisher, type PublishedMessage, type TargetFailure } from './
 export interface TestOutboxOptions {
   /** The database your code writes events to: a `pg.Pool` (the relay runs single statements). */
   db: Queryable;
-  /** The outbox's schema, as given to `migrate({ schema })`. Default: found through the `search_path`. */
+  /**
+   * The service's outbox handle (`createOutbox({ schema })`): the relay uses
+   * its schema, as your code and consumers do.
+   */
+  outbox?: { readonly schema: string | undefined } | undefined;
+  /**
+   * The outbox's schema, as given to `migrate({ schema })`, when there is no
+   * `outbox` handle. Default: `OUTBOX_SCHEMA`, else the `search_path`.
+   */
   schema?: string | undefined;
   /** `aggregate`: the relay publishes each aggregate's events in commit order, to a FIFO queue by default. */
   ordering?: 'none' | 'aggregate' | undefined;
@@ -74,7 +84,7 @@ export interface TestOutbox {
  * emulator: only PostgreSQL, migrated as in production.
  *
  * @example
- * const outbox = testOutbox({ db: pool, schema: 'outbox' });
+ * const outbox = testOutbox({ db: pool, outbox: serviceOutbox }); // or { schema: 'outbox' }
  * await placeOrder(pool, order); // your code: enqueueEvent in its transaction
  * const drained = await outbox.drain();
  * expect(drained.messages.map((m) => m.envelope.type)).toEqual(['order.placed']);
@@ -82,6 +92,14 @@ export interface TestOutbox {
  * expect(result.processed).toBe(1);
  */
 export function testOutbox(options: TestOutboxOptions): TestOutbox {
+  const { outbox } = options;
+  if (outbox !== undefined && options.schema !== undefined && options.schema !== outbox.schema) {
+    throw new ConfigError(
+      'schema',
+      `differs from the outbox handle's schema ${JSON.stringify(outbox.schema ?? null)}: give one of them`,
+    );
+  }
+  const schema = resolveSchema(outbox !== undefined ? outbox.schema : options.schema);
   const publisher = new InMemoryPublisher({
     routes: options.routes,
     fifo: options.ordering === 'aggregate',
@@ -90,7 +108,7 @@ export function testOutbox(options: TestOutboxOptions): TestOutbox {
   const relay = new Relay({
     db: options.db,
     publisher,
-    options: { workers: 1, ...options.relay, schema: options.schema, ordering: options.ordering },
+    options: { workers: 1, ...options.relay, schema, ordering: options.ordering },
   });
   const deliverer = new Deliverer();
   const timeoutMs = options.timeoutMs ?? 30_000;
