@@ -18,6 +18,7 @@ import {
   type Publisher,
   Relay,
   type RelaySummary,
+  type RunOptions,
   SCALE_OUT_SOURCE,
   sleepSignal,
 } from 'pg-lambda-outbox/relay';
@@ -104,9 +105,18 @@ export interface RelayHandlerOptions {
 export function createRelayHandler(options: RelayHandlerOptions = {}) {
   const wrapped = options.wrapPublisher ? options.wrapPublisher(publisher) : publisher;
   let relay: Promise<{ relay: Relay; close(): Promise<void> }> | undefined;
+  // The connection settings (the secret read once): a run that found every
+  // slot held closes its pool, and the next one connects again without
+  // another Secrets Manager call. A rejected password (a rotated secret)
+  // drops them, and the next run reads the secret again.
+  let settings: Promise<pg.PoolConfig> | undefined;
 
   async function buildRelay(): Promise<{ relay: Relay; close(): Promise<void> }> {
-    const dbConfig = await databaseConfig();
+    settings ??= databaseConfig().catch((error) => {
+      settings = undefined;
+      throw error;
+    });
+    const dbConfig = await settings;
     const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
     pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
     const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
@@ -127,6 +137,21 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
     };
   }
 
+  /** Runs; a password the server rejected forgets the pool and the settings (see `settings`). */
+  async function runOrForget(built: { relay: Relay; close(): Promise<void> }, run: RunOptions) {
+    try {
+      return await built.relay.run(run);
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (code === '28P01' || code === '28000') {
+        settings = undefined;
+        relay = undefined;
+        await built.close().catch(() => {});
+      }
+      throw error;
+    }
+  }
+
   /**
    * Drains until the time budget is nearly spent, or (elastic relay, with an
    * idle tail) until there is no more work, then returns a summary. A run of
@@ -139,7 +164,7 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
       throw error;
     });
     const built = await relay;
-    const summary = await built.relay.run({
+    const summary = await runOrForget(built, {
       remainingMs: () => context.getRemainingTimeInMillis(),
       // Only the schedule's tick leaves at its first empty claim. A relay
       // started for a backlog keeps its tail too: in ordered mode its first

@@ -1,3 +1,8 @@
+import {
+  CreateSecretCommand,
+  DeleteSecretCommand,
+  SecretsManagerClient,
+} from '@aws-sdk/client-secrets-manager';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { SCALE_OUT_SOURCE, WAKE_SOURCE } from '../lib/relay/invocation.js';
 import { TargetProxy } from '../scripts/chaos/target-proxy.js';
@@ -197,7 +202,7 @@ describe('functions/relay handler', () => {
     expect(['idle', 'surplus']).toContain(started.stoppedBecause);
   });
 
-  it('a run that finds every relay slot held claims nothing and keeps no database connection', async () => {
+  it('a run that finds every relay slot held claims nothing and keeps no database connection; the next connects without reading the secret again', async () => {
     await db.pool.query('TRUNCATE outbox_events, outbox_relay_slots');
     await insertEvents(db.pool, 5);
     await db.pool.query(
@@ -206,7 +211,29 @@ describe('functions/relay handler', () => {
     const { sqs } = awsClients();
     const queue = await createQueue(sqs, uniqueName('handler-busy'));
     const functionName = uniqueName('relay-busy');
+    // The database settings come from a secret, read at the first run only.
+    const url = new URL(db.url);
+    const secrets = new SecretsManagerClient({
+      endpoint: inject('awsEndpoint'),
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+    });
+    const secret = await secrets.send(
+      new CreateSecretCommand({
+        Name: uniqueName('relay-busy-db'),
+        SecretString: JSON.stringify({
+          host: url.hostname,
+          port: Number(url.port),
+          username: decodeURIComponent(url.username),
+          password: '',
+          dbname: url.pathname.slice(1),
+          sslmode: 'disable',
+        }),
+      }),
+    );
     const { relayHandler } = await coldStart({
+      DATABASE_URL: '',
+      DATABASE_SECRET_ARN: secret.ARN as string,
       AWS_LAMBDA_FUNCTION_NAME: functionName, // the connections' application_name
       OUTBOX_ROUTES: JSON.stringify([{ match: '*', targets: [{ type: 'sqs', queueUrl: queue.url }] }]),
       OUTBOX_MAX_RELAYS: '1',
@@ -221,6 +248,12 @@ describe('functions/relay handler', () => {
       const deadline = Date.now() + 3_000;
       while ((await sessions()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       expect(await sessions()).toBe(0);
+      // Gone after the first run: the runs after it use the settings they read.
+      if (run === 0) {
+        await secrets.send(
+          new DeleteSecretCommand({ SecretId: secret.ARN as string, ForceDeleteWithoutRecovery: true }),
+        );
+      }
     }
     // Once the slot is free, the same warm handler connects again and drains.
     await db.pool.query('TRUNCATE outbox_relay_slots');
