@@ -84,11 +84,11 @@ export interface TestOutbox {
  * emulator: only PostgreSQL, migrated as in production.
  *
  * @example
- * const outbox = testOutbox({ db: pool, outbox: serviceOutbox }); // or { schema: 'outbox' }
+ * const kit = testOutbox({ db: pool, outbox }); // or { db: pool, schema: 'outbox' }
  * await placeOrder(pool, order); // your code: enqueueEvent in its transaction
- * const drained = await outbox.drain();
+ * const drained = await kit.drain();
  * expect(drained.messages.map((m) => m.envelope.type)).toEqual(['order.placed']);
- * const result = await outbox.deliver(consumer, drained);
+ * const result = await kit.deliver(consumer, drained);
  * expect(result.processed).toBe(1);
  */
 export function testOutbox(options: TestOutboxOptions): TestOutbox {
