@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, ValidationError } from '../errors.js';
 import { oneLine, printable } from '../operations/text-table.js';
@@ -51,6 +52,12 @@ const FLAGS: Record<string, string> = {
   all: '--all',
 };
 
+/** The package's version, from its package.json (beside lib/ and dist/ alike). */
+function packageVersion(): string {
+  const file = new URL('../../package.json', import.meta.url);
+  return (JSON.parse(fs.readFileSync(file, 'utf8')) as { version: string }).version;
+}
+
 /** The command tree; exported for tests that want to parse without a child process. */
 export function program(): Command {
   const cli = new Command()
@@ -65,6 +72,7 @@ export function program(): Command {
       `longest any one query may run, 1-86400 (default ${DEFAULT_STATEMENT_TIMEOUT_SECONDS}; migrate is not bound)`,
       wholeNumber(86_400),
     )
+    .version(packageVersion(), '-V, --version', 'print the version of pg-lambda-outbox')
     .configureHelp({ showGlobalOptions: true })
     .showSuggestionAfterError()
     // One line, like every other error here: commander puts "(Did you mean ...?)" on a line of its own.
@@ -76,12 +84,33 @@ export function program(): Command {
   return cli;
 }
 
+/**
+ * A library error about an input field, in the CLI's words: the flag instead
+ * of the field (`--id: must be a UUID`), and flags wherever the message
+ * names fields (`pass at least one of --id, --type, ... or --all`). Quoted
+ * text (a value echoed back) is left as it is.
+ */
+export function inFlags(error: ValidationError): string {
+  const field = error.field.replace(/\[\d+\]$/, '');
+  const text = error.message
+    .slice(error.field.length + 2)
+    .split(/("(?:[^"\\]|\\.)*")/)
+    .map((part, i) =>
+      i % 2 === 1
+        ? part
+        : part
+            .replace(/\ball: true\b/g, '--all')
+            .replace(/\b[a-z][A-Za-z]*\b/g, (w) => (w === 'all' ? w : (FLAGS[w] ?? w))),
+    )
+    .join('');
+  // "no filter given; pass ... or --all" needs no field in front.
+  if (field === 'all') return text;
+  return `${FLAGS[field] ?? error.field}: ${text}`;
+}
+
 /** One line an operator can act on, whatever was thrown. */
 function describe(error: unknown): string {
-  if (error instanceof ValidationError) {
-    const flag = FLAGS[error.field.replace(/\[\d+\]$/, '')];
-    return flag ? `${error.message} (${flag})` : error.message;
-  }
+  if (error instanceof ValidationError) return inFlags(error);
   const e = error as NodeJS.ErrnoException & { errors?: Error[] };
   // Node reports a refused connection to several addresses as an AggregateError with no message.
   const message =

@@ -3,10 +3,13 @@
  * `--schema`, output, and the option parsers. A command file takes what it
  * needs from here and adds one subcommand to the program.
  */
+import fs from 'node:fs';
 import os from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { type Command, InvalidArgumentError } from 'commander';
 import pg from 'pg';
 import { schemaVar } from '../config/env.js';
+import { checkConnectionString } from '../db/connection-config.js';
 import { validateSchemaName } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { printable } from '../operations/text-table.js';
@@ -14,15 +17,29 @@ import { printable } from '../operations/text-table.js';
 /** The name the package's `bin` installs, used in help and error texts. */
 export const CLI_NAME = 'pg-lambda-outbox';
 
-export function databaseUrl(env: NodeJS.ProcessEnv = process.env): string {
+/**
+ * `DATABASE_URL`, checked: unset or not a connection URL is a one-line
+ * error saying what to set (never the value: it may hold a password).
+ */
+export function databaseUrl(env: NodeJS.ProcessEnv = process.env, inRepository = inThisRepository()): string {
   const url = env.DATABASE_URL?.trim();
   if (!url) {
     throw new ConfigError(
       'DATABASE_URL',
-      `is not set; point it at the outbox database, e.g. DATABASE_URL=postgres://user@host:5432/db ${CLI_NAME} status (\`npm start\` prints the URL of the local stack)`,
+      `is not set; point it at the outbox database, e.g. DATABASE_URL=postgres://user:password@host:5432/database npx ${CLI_NAME} status${inRepository ? ' (`npm start` prints the URL of the local stack)' : ''}`,
     );
   }
+  checkConnectionString(url, 'DATABASE_URL');
   return url;
+}
+
+/**
+ * True when the command runs from this package's own repository (its
+ * sources beside scripts/start.ts), where `npm start` runs the local stack;
+ * an installed package ships no scripts/, so a user never sees that hint.
+ */
+export function inThisRepository(): boolean {
+  return fs.existsSync(fileURLToPath(new URL('../../scripts/start.ts', import.meta.url)));
 }
 
 /**

@@ -233,6 +233,25 @@ function parseSecret(text: string | undefined): z.infer<typeof secretSchema> {
   return parsed.data;
 }
 
+/**
+ * Checks that a connection string is one pg reads as such: a
+ * `postgres://` or `postgresql://` URL, `socket:/path`, or a socket
+ * directory (`/var/run/postgresql`). pg reads anything else as a path under
+ * a host named "base" (`DATABASE_URL=not-a-url` fails with `getaddrinfo
+ * ENOTFOUND base`), so it is refused here, naming the variable and never
+ * showing the value (it may hold a password).
+ */
+export function checkConnectionString(raw: string, variable: string): void {
+  if (/^(postgres(ql)?:\/\/|socket:|\/)/i.test(raw)) return;
+  const keywords = /^\s*\w+\s*=/.test(raw)
+    ? '; libpq keyword=value strings (host=... dbname=...) are not supported'
+    : '';
+  throw new ConfigError(
+    variable,
+    `is not a PostgreSQL connection URL: expected postgres://user:password@host:5432/database${keywords} (the value is not shown: it may hold a password)`,
+  );
+}
+
 /** Query parameters about TLS that are taken out of the URL and decided here. */
 const TLS_PARAMS = ['sslmode', 'ssl', 'sslrootcert', 'uselibpqcompat'];
 const CLIENT_CERT_PARAMS = ['sslcert', 'sslkey', 'sslpassword'];
@@ -246,6 +265,7 @@ const CLIENT_CERT_PARAMS = ['sslcert', 'sslkey', 'sslpassword'];
  */
 function endpointFromUrl(raw: string, iamAuth: boolean): Endpoint {
   const defaultSslMode: SslMode = iamAuth ? 'verify-full' : 'disable';
+  checkConnectionString(raw, 'DATABASE_URL');
   let url: URL | undefined;
   if (/^postgres(ql)?:\/\//i.test(raw)) {
     try {

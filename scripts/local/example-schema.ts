@@ -2,8 +2,13 @@ import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 import pg from 'pg';
 
-/** The reference stack's example domain (orders, order_notifications): not part of the package's migrations. */
-export const EXAMPLE_MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/example', import.meta.url));
+/**
+ * The reference stack's example domain (orders, order_notifications): kept
+ * here, out of the package's `migrations/`, so that `migrate()` in a
+ * service's database creates the outbox's tables only and its history never
+ * lists an example migration.
+ */
+export const EXAMPLE_MIGRATIONS_DIR = fileURLToPath(new URL('./example-migrations', import.meta.url));
 
 /** node-pg-migrate's advisory lock id: waited for, so processes starting at once take turns. */
 const MIGRATION_LOCK_ID = '7241865325823964';

@@ -1,4 +1,6 @@
 import type { Command } from 'commander';
+import type { Pool } from 'pg';
+import { ValidationError } from '../../errors.js';
 import { type RedriveResult, redriveDeadLetters } from '../../operations/redrive.js';
 import type { RedriveInput } from '../../operations/redrive-input.js';
 import { collect, given, operator, print, printJson, schemaOf, wholeNumber, withPool } from '../shared.js';
@@ -49,11 +51,49 @@ function deadLetterCommand(cli: Command, action: Action, description: string, ve
         dryRun: flags.dryRun,
         requestedBy: operator(),
       });
-      const result = await withPool(command, (pool) => redriveDeadLetters(pool, input, { schema }));
+      const result = await withPool(command, async (pool) => {
+        if (flags.id) await refuseUnknownIds(pool, input, flags.id, { schema }, noun);
+        return redriveDeadLetters(pool, input, { schema });
+      });
       if (flags.json) return printJson(result);
       print(describeRedrive(result));
     });
 }
+
+/**
+ * `--id` names dead letters: one that is not (no such event, or it is
+ * pending, published or discarded) refuses the whole command before
+ * anything changes, instead of "0 matched" and exit 0. A dry run of the
+ * same filter, without --limit, tells which.
+ */
+async function refuseUnknownIds(
+  pool: Pool,
+  input: RedriveInput,
+  ids: readonly string[],
+  options: { schema: string | undefined },
+  noun: string,
+): Promise<void> {
+  // The discard's dry run lists every match (a redrive's leaves out busy aggregates).
+  const { limit: _, ...filter } = input;
+  const found = await redriveDeadLetters(pool, { ...filter, action: 'discard', dryRun: true }, options);
+  const known = new Set(found.ids);
+  const unknown = [...new Set(ids.map((id) => id.toLowerCase()))].filter((id) => !known.has(id));
+  if (unknown.length === 0) return;
+  const filters = Object.keys(input).some((key) => FILTERS.has(key)) ? ' and the other filters' : '';
+  throw new ValidationError(
+    'ids',
+    `no dead letter${filters} matches ${unknown.join(', ')} (no such event, or it is pending, published or discarded: see dead-letters); nothing was ${noun}`,
+  );
+}
+
+/** Filters besides `ids` that narrow what an id may match. */
+const FILTERS = new Set([
+  'eventType',
+  'aggregateType',
+  'aggregateId',
+  'deadLetteredAfter',
+  'deadLetteredBefore',
+]);
 
 export function redriveCommand(cli: Command): void {
   deadLetterCommand(

@@ -3,8 +3,9 @@
 -- The reference stack's example domain (npm start, the tests, the deployed
 -- stack): an order service that must tell others about new orders. Not part
 -- of the package's migrations: `migrate()` creates the outbox's own tables
--- only. Applied by scripts/local/example-schema.ts. IF NOT EXISTS: databases
--- migrated by an older version already have these tables.
+-- only. Applied by scripts/local/example-schema.ts (bookkeeping in
+-- example_migrations). IF NOT EXISTS: databases migrated by an older version
+-- already have these tables.
 CREATE TABLE IF NOT EXISTS orders (
   id uuid PRIMARY KEY,
   customer_id varchar(255) NOT NULL,
