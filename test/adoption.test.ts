@@ -4,11 +4,14 @@
 // the tarball with pg and the libraries it already uses (nothing from this
 // checkout), type-checks a program against the shipped declarations with its
 // own TypeScript (skipLibCheck off), and runs it: migrate into schema
-// `outbox`, write an order and its event through each of Drizzle, Kysely,
-// Knex and TypeORM (commit and rollback), relay with the container runner to
-// a queue of the emulator, consume with a poller whose handler writes through
-// an ORM. Then the package's command, `npx pg-lambda-outbox`, reads the same
-// outbox. Nothing of the service's own tables may change but its own writes.
+// `outbox`, say that schema once (createOutbox) and write an order and its
+// event through each of Drizzle, Kysely, Knex and TypeORM (commit and
+// rollback), relay with the container runner to a queue of the emulator,
+// consume with a poller whose handler writes through an ORM, read the
+// outbox's status through the same handle; where the schema is not said, the
+// error names where it looked and the fix. Then the package's command, `npx
+// pg-lambda-outbox`, reads the same outbox. Nothing of the service's own
+// tables may change but its own writes.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -47,7 +50,7 @@ import { bigint, pgTable, text, uuid } from 'drizzle-orm/pg-core';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { enqueueEvent, migrate, ValidationError } from 'pg-lambda-outbox';
+import { createOutbox, enqueueEvent, migrate, OutboxSchemaError, ValidationError } from 'pg-lambda-outbox';
 import { createConsumer, defineHandlers } from 'pg-lambda-outbox/consumer';
 import { drizzleTx, fromDrizzle } from 'pg-lambda-outbox/drizzle';
 import { fromKnex } from 'pg-lambda-outbox/knex';
@@ -74,6 +77,8 @@ const schema = 'outbox';
 
 const applied = await migrate({ databaseUrl, schema });
 const pool = new pg.Pool({ connectionString: databaseUrl });
+// The schema, said once for writes, the consumer and operations.
+const outbox = createOutbox({ schema });
 
 // The service's own data layer, one per library.
 const orders = pgTable('orders', { id: uuid('id').primaryKey(), orm: text('orm').notNull(), totalCents: bigint('total_cents', { mode: 'number' }).notNull() });
@@ -99,25 +104,25 @@ const writers: Record<string, (orderId: string, fail: boolean) => Promise<void>>
   drizzle: (orderId, fail) =>
     drizzleDb.transaction(async (tx) => {
       await tx.insert(orders).values({ id: orderId, orm: 'drizzle', totalCents: 100 });
-      await enqueueEvent(fromDrizzle(tx), placed(orderId, 'drizzle'), { schema });
+      await outbox.enqueue(fromDrizzle(tx), placed(orderId, 'drizzle'));
       if (fail) throw new Abandon();
     }),
   kysely: (orderId, fail) =>
     kysely.transaction().execute(async (trx) => {
       await trx.insertInto('orders').values({ id: orderId, orm: 'kysely', total_cents: 100 }).execute();
-      await enqueueEvent(fromKysely(trx), placed(orderId, 'kysely'), { schema });
+      await outbox.enqueue(fromKysely(trx), placed(orderId, 'kysely'));
       if (fail) throw new Abandon();
     }),
   knex: (orderId, fail) =>
     knex.transaction(async (trx) => {
       await trx('orders').insert({ id: orderId, orm: 'knex', total_cents: 100 });
-      await enqueueEvent(fromKnex(trx), placed(orderId, 'knex'), { schema });
+      await outbox.enqueue(fromKnex(trx), placed(orderId, 'knex'));
       if (fail) throw new Abandon();
     }),
   typeorm: (orderId, fail) =>
     dataSource.transaction(async (manager) => {
       await manager.query('INSERT INTO orders (id, orm, total_cents) VALUES ($1, $2, $3)', [orderId, 'typeorm', 100]);
-      await enqueueEvent(fromTypeORM(manager), placed(orderId, 'typeorm'), { schema });
+      await outbox.enqueue(fromTypeORM(manager), placed(orderId, 'typeorm'));
       if (fail) throw new Abandon();
     }),
 };
@@ -139,9 +144,21 @@ for (const write of Object.values(writers)) {
 // @ts-expect-error aggregateId, eventType and payload are required
 const incomplete: Parameters<typeof enqueueEvent>[1] = { aggregateType: 'order' };
 let refusedField = '';
-await enqueueEvent(pool, incomplete, { schema }).catch((error: unknown) => {
+await outbox.enqueue(pool, incomplete).catch((error: unknown) => {
   if (error instanceof ValidationError) refusedField = error.field;
 });
+
+// The schema not said: the service's own public.outbox_events is found
+// through search_path, the outbox's lock table is not. The errors say so.
+const notSaid = async (options: { lockAggregates?: boolean }) =>
+  enqueueEvent(pool, placed(randomUUID(), 'unsaid'), options).then(
+    () => 'written',
+    (error: unknown) =>
+      error instanceof OutboxSchemaError
+        ? { code: error.code, schema: error.schema ?? null, missing: error.missing ?? null, message: error.message }
+        : String(error),
+  );
+const unsaid = { table: await notSaid({}), column: await notSaid({ lockAggregates: false }) };
 
 // Relay: the long-running runner a container would use; SQS-only routes need no EventBridge client.
 const sqs = new SQSClient({});
@@ -150,7 +167,7 @@ const publisher = createAwsPublisher({
   sqs,
 });
 const stop = new AbortController();
-const relayRelay = new Relay({ db: pool, publisher, options: { schema, idleWaitMs: 50 } });
+const relayRelay = new Relay({ db: pool, publisher, options: { schema: outbox.schema, idleWaitMs: 50 } });
 const relaying = runRelay({ relay: relayRelay, signal: stop.signal, runMs: 5_000 });
 
 // Consumer: a poller outside Lambda, writing its receipt through Drizzle in the dedupe transaction.
@@ -159,7 +176,7 @@ const handlers = defineHandlers<{ 'order.placed': OrderPlaced }>({
     await drizzleTx(tx).insert(receipts).values({ eventId: event.id, orderId: event.payload.orderId });
   },
 });
-const consumer = createConsumer({ name: 'shop', pool, handlers, schema });
+const consumer = createConsumer({ outbox, name: 'shop', pool, handlers });
 let consumed = 0;
 let duplicates = 0;
 const deadline = Date.now() + 60_000;
@@ -190,6 +207,9 @@ while (consumed < committed.length && Date.now() < deadline) {
 }
 stop.abort();
 const relayed = await relaying;
+// An operation through the same handle.
+const status = await outbox.status(pool);
+const deadLetters = (await outbox.listDeadLetters(pool, { limit: 10 })).total;
 
 // Only the entry points are importable.
 const internal = 'pg-lambda-outbox/dist/outbox/enqueue.js';
@@ -200,7 +220,7 @@ const internalImport = await import(internal).then(
 
 // kysely.destroy() ends the pool it was given, the one the outbox shares.
 await Promise.all([kysely.destroy(), knex.destroy(), dataSource.destroy()]);
-console.log(JSON.stringify({ applied, committed, abandoned, refusedField, relayed, consumed, duplicates, internalImport }));
+console.log(JSON.stringify({ applied, committed, abandoned, refusedField, unsaid, relayed, consumed, duplicates, status, deadLetters, internalImport }));
 `;
 
 // The program is checked as ORM users must (drizzle-orm's own declarations
@@ -360,6 +380,21 @@ describe('adopting the packed library in an existing service', () => {
 
     expect(result.applied).toContain('1764460800000_outbox-events');
     expect(result.refusedField).toBe('events[0].aggregateId');
+    // Not said: the missing lock table, then (without locks) the service's own table's missing column.
+    expect(result.unsaid.table).toMatchObject({
+      code: '42P01',
+      schema: null,
+      missing: 'outbox_aggregate_locks',
+    });
+    expect(result.unsaid.column).toMatchObject({ code: '42703', schema: null });
+    for (const { message } of [result.unsaid.table, result.unsaid.column]) {
+      expect(message).toMatch(/search_path/);
+      expect(message).toMatch(/createOutbox\(\{ schema \}\)/);
+      expect(message).toMatch(/migrate --schema/);
+      expect(message).not.toMatch(/INSERT/);
+    }
+    expect(result.status).toMatchObject({ pending: 0, deadLetters: 0 });
+    expect(result.deadLetters).toBe(0);
     expect(result.relayed).toMatchObject({ published: 4, deadLettered: 0 });
     expect(result.consumed).toBe(4);
     expect(result.internalImport).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
