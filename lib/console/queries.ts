@@ -1,0 +1,250 @@
+import type { Queryable } from '../db/queryable.js';
+import { perSchema } from '../db/schema.js';
+
+// The console's own reads. Each is bounded by an index and a LIMIT (or a
+// per-bucket cap), so its cost follows what it shows, not the table's size.
+// They belong in lib/sql once the console's shape settles.
+
+/** Most rows one per-minute bucket counts before it reports "this many or more". */
+export const MINUTE_BUCKET_CAP = 5_000;
+/** Backing-off events read to tell which targets events wait for. */
+export const WAITING_SCAN_CAP = 10_000;
+/** Newest dead letters grouped by cause (and searched by group). */
+export const DEAD_LETTER_GROUP_CAP = 10_000;
+/** Newest finished events searched for an aggregate's published history (no index covers it). */
+export const TIMELINE_FINISHED_SCAN = 50_000;
+/** Characters of `last_error` kept in lists (the event's detail has it whole). */
+export const LIST_ERROR_CHARS = 500;
+
+/** An event's state as the console names it, from its columns at the database's now(). */
+const STATE = `CASE
+  WHEN discarded_at IS NOT NULL THEN 'discarded'
+  WHEN processed_at IS NOT NULL THEN 'published'
+  WHEN dead_lettered_at IS NOT NULL THEN 'dead-letter'
+  WHEN locked_until >= now() THEN 'leased'
+  WHEN retry_after > now() AND retry_after = parked_until THEN 'parked'
+  WHEN retry_after > now() THEN 'backing-off'
+  ELSE 'pending' END`;
+
+const TIMELINE_COLUMNS = `id, seq, event_type, attempts, created_at, processed_at, dead_lettered_at,
+  discarded_at, redrive_count, replay_count, left(last_error, ${LIST_ERROR_CHARS}) AS last_error, ${STATE} AS state`;
+
+const sql = perSchema((t) => ({
+  // Published (processed_at, discards excepted) and dead-lettered events per
+  // minute over the last hour. Each bucket is a range of the partial indexes
+  // outbox_events_processed_at and outbox_events_dead_lettered_at, read up to
+  // the cap. Dead-lettered counts rows still dead: a redriven or discarded one
+  // has left the index. Failed attempts that will be retried leave no
+  // timestamp, so they are not in the series.
+  PER_MINUTE: `
+    SELECT m AS minute,
+      (SELECT count(*) FROM (SELECT 1 FROM ${t.events}
+         WHERE processed_at >= m AND processed_at < m + interval '1 minute' AND discarded_at IS NULL
+         LIMIT $1) p)::int AS published,
+      (SELECT count(*) FROM (SELECT 1 FROM ${t.events}
+         WHERE dead_lettered_at >= m AND dead_lettered_at < m + interval '1 minute'
+         LIMIT $1) d)::int AS dead_lettered
+    FROM generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()),
+                         interval '1 minute') m
+    ORDER BY m`,
+  // Targets the backing-off events wait for (the relay records them when a
+  // target is unavailable), read from outbox_events_retry_own up to the cap.
+  WAITING: `
+    WITH r AS MATERIALIZED (
+      SELECT waiting_for FROM ${t.events}
+      WHERE retry_after IS NOT NULL AND retry_after IS DISTINCT FROM parked_until
+        AND processed_at IS NULL AND dead_lettered_at IS NULL
+      LIMIT $1)
+    SELECT (SELECT count(*) FROM r)::int AS scanned,
+           coalesce((SELECT json_agg(json_build_object('target', target, 'events', events))
+                     FROM (SELECT target, count(*)::int AS events
+                           FROM r, unnest(r.waiting_for) AS target
+                           GROUP BY target ORDER BY events DESC, target LIMIT 100) w), '[]') AS targets`,
+  // The newest dead letters (outbox_events_dead_lettered_at, backwards).
+  NEWEST_DEAD_LETTERS: `
+    SELECT id, seq, event_type, aggregate_type, aggregate_id, attempts,
+           left(last_error, ${LIST_ERROR_CHARS}) AS last_error, created_at, dead_lettered_at,
+           redrive_count, redriven_at
+    FROM ${t.events}
+    WHERE dead_lettered_at IS NOT NULL
+    ORDER BY dead_lettered_at DESC
+    LIMIT $1`,
+  EVENT: `
+    SELECT id, seq, event_type, aggregate_type, aggregate_id, headers, attempts, last_error,
+           created_at, retry_after, locked_until, processed_at, first_processed_at, dead_lettered_at,
+           redrive_count, redriven_at, discarded_at, discarded_by, replay_id, replayed_at, replay_count,
+           delivered_targets, waiting_for, payload_bytes, ${STATE} AS state
+    FROM ${t.events} WHERE id = $1`,
+  PAYLOAD: `SELECT payload::text AS payload FROM ${t.events} WHERE id = $1`,
+  // An aggregate's events: unfinished ones (outbox_events_unfinished_by_aggregate)
+  // and dead letters (outbox_events_dead_letters_by_aggregate) in full, up to
+  // the limit; finished ones only among the newest finished events
+  // (outbox_events_processed_at), since no index covers an aggregate's history.
+  TIMELINE: `
+    SELECT * FROM (
+      (SELECT ${TIMELINE_COLUMNS} FROM ${t.events}
+       WHERE aggregate_type = $1 AND aggregate_id = $2 AND processed_at IS NULL AND dead_lettered_at IS NULL
+       ORDER BY seq LIMIT $3)
+      UNION ALL
+      (SELECT ${TIMELINE_COLUMNS} FROM ${t.events}
+       WHERE aggregate_type = $1 AND aggregate_id = $2 AND dead_lettered_at IS NOT NULL
+       ORDER BY seq LIMIT $3)
+      UNION ALL
+      (SELECT ${TIMELINE_COLUMNS}
+       FROM (SELECT * FROM ${t.events} WHERE processed_at IS NOT NULL ORDER BY processed_at DESC LIMIT $4) f
+       WHERE aggregate_type = $1 AND aggregate_id = $2
+       ORDER BY seq DESC LIMIT $3)
+    ) e
+    ORDER BY seq
+    LIMIT $3`,
+}));
+
+export interface MinuteCounts {
+  minute: Date;
+  published: number;
+  deadLettered: number;
+}
+
+/** Published and dead-lettered events per minute over the last hour, oldest minute first. */
+export async function perMinute(db: Queryable, schema: string | undefined): Promise<MinuteCounts[]> {
+  const { rows } = await db.query(sql(schema).PER_MINUTE, [MINUTE_BUCKET_CAP + 1]);
+  return rows.map((r) => ({ minute: r.minute, published: r.published, deadLettered: r.dead_lettered }));
+}
+
+export interface WaitingTargets {
+  /** Backing-off events read (at most {@link WAITING_SCAN_CAP}). */
+  scanned: number;
+  /** True when there were more backing-off events than were read. */
+  capped: boolean;
+  targets: Array<{ target: string; events: number }>;
+}
+
+/** How many backing-off events wait for each target (among the first {@link WAITING_SCAN_CAP}). */
+export async function waitingTargets(db: Queryable, schema: string | undefined): Promise<WaitingTargets> {
+  const { rows } = await db.query(sql(schema).WAITING, [WAITING_SCAN_CAP]);
+  const scanned: number = rows[0].scanned;
+  return { scanned, capped: scanned >= WAITING_SCAN_CAP, targets: rows[0].targets };
+}
+
+export interface DeadLetterRow {
+  id: string;
+  seq: string;
+  eventType: string;
+  aggregateType: string;
+  aggregateId: string;
+  attempts: number;
+  lastError: string | null;
+  createdAt: Date;
+  deadLetteredAt: Date;
+  redriveCount: number;
+  redrivenAt: Date | null;
+}
+
+/** The newest `limit` dead letters, newest first, errors cut to {@link LIST_ERROR_CHARS}. */
+export async function newestDeadLetters(
+  db: Queryable,
+  schema: string | undefined,
+  limit = DEAD_LETTER_GROUP_CAP,
+): Promise<DeadLetterRow[]> {
+  const { rows } = await db.query(sql(schema).NEWEST_DEAD_LETTERS, [limit]);
+  return rows.map((r) => ({
+    id: r.id,
+    seq: r.seq,
+    eventType: r.event_type,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    deadLetteredAt: r.dead_lettered_at,
+    redriveCount: r.redrive_count,
+    redrivenAt: r.redriven_at,
+  }));
+}
+
+/** One event as the console shows it; `payload` (its JSON text) only when asked for. */
+export async function eventDetail(
+  db: Queryable,
+  id: string,
+  options: { schema: string | undefined; withPayload: boolean },
+): Promise<Record<string, unknown> | undefined> {
+  const { rows } = await db.query(sql(options.schema).EVENT, [id]);
+  const r = rows[0];
+  if (!r) return undefined;
+  const detail: Record<string, unknown> = {
+    id: r.id,
+    seq: r.seq,
+    state: r.state,
+    eventType: r.event_type,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    headers: r.headers,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    retryAfter: r.retry_after,
+    lockedUntil: r.locked_until,
+    processedAt: r.processed_at,
+    firstProcessedAt: r.first_processed_at,
+    deadLetteredAt: r.dead_lettered_at,
+    redriveCount: r.redrive_count,
+    redrivenAt: r.redriven_at,
+    discardedAt: r.discarded_at,
+    discardedBy: r.discarded_by,
+    replayId: r.replay_id,
+    replayedAt: r.replayed_at,
+    replayCount: r.replay_count,
+    deliveredTargets: r.delivered_targets,
+    waitingFor: r.waiting_for,
+    payloadBytes: r.payload_bytes,
+  };
+  if (options.withPayload) {
+    // As text: the stored JSON exactly (no rounding of big numbers on the way).
+    const payload = await db.query(sql(options.schema).PAYLOAD, [id]);
+    detail.payload = payload.rows[0]?.payload ?? null;
+  }
+  return detail;
+}
+
+export interface TimelineEvent {
+  id: string;
+  seq: string;
+  eventType: string;
+  state: string;
+  attempts: number;
+  createdAt: Date;
+  processedAt: Date | null;
+  deadLetteredAt: Date | null;
+  discardedAt: Date | null;
+  redriveCount: number;
+  replayCount: number;
+  lastError: string | null;
+}
+
+/** An aggregate's events in seq order (see TIMELINE above for what is searched). */
+export async function aggregateTimeline(
+  db: Queryable,
+  aggregate: { type: string; id: string },
+  options: { schema: string | undefined; limit: number },
+): Promise<TimelineEvent[]> {
+  const { rows } = await db.query(sql(options.schema).TIMELINE, [
+    aggregate.type,
+    aggregate.id,
+    options.limit,
+    TIMELINE_FINISHED_SCAN,
+  ]);
+  return rows.map((r) => ({
+    id: r.id,
+    seq: r.seq,
+    eventType: r.event_type,
+    state: r.state,
+    attempts: r.attempts,
+    createdAt: r.created_at,
+    processedAt: r.processed_at,
+    deadLetteredAt: r.dead_lettered_at,
+    discardedAt: r.discarded_at,
+    redriveCount: r.redrive_count,
+    replayCount: r.replay_count,
+    lastError: r.last_error,
+  }));
+}

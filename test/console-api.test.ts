@@ -1,0 +1,385 @@
+import http from 'node:http';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startConsole } from '../lib/console/index.js';
+import type { ConsoleServer } from '../lib/console/server.js';
+import { ConfigError } from '../lib/errors.js';
+import type { OutboxLogger } from '../lib/observer.js';
+import { useTestDatabase } from './support/database.js';
+import { insertEvents } from './support/events.js';
+
+const db = useTestDatabase();
+
+/** Log lines the consoles wrote, to check audits and that failures are logged in full. */
+const logged: Array<{ level: string; message: string; fields: Record<string, unknown> }> = [];
+const logger: OutboxLogger = {
+  debug() {},
+  info: (message, ...extra) => logged.push({ level: 'info', message, fields: Object.assign({}, ...extra) }),
+  warn: (message, ...extra) => logged.push({ level: 'warn', message, fields: Object.assign({}, ...extra) }),
+  error: (message, ...extra) => logged.push({ level: 'error', message, fields: Object.assign({}, ...extra) }),
+};
+
+let readOnly: ConsoleServer;
+let acting: ConsoleServer;
+
+beforeAll(async () => {
+  readOnly = await startConsole({ db: db.pool, logger });
+  acting = await startConsole({
+    db: db.pool,
+    allowActions: true,
+    showPayloads: true,
+    actor: 'alice@console-test',
+    logger,
+  });
+});
+
+afterAll(async () => {
+  await readOnly?.close();
+  await acting?.close();
+});
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE outbox_events, outbox_replays');
+  logged.length = 0;
+});
+
+const base = (server: ConsoleServer) => `http://127.0.0.1:${server.port}`;
+
+function api(server: ConsoleServer, path: string, init: RequestInit = {}) {
+  return fetch(`${base(server)}${path}`, {
+    ...init,
+    headers: { authorization: `Bearer ${server.token}`, ...(init.headers ?? {}) },
+  });
+}
+
+async function getJson(server: ConsoleServer, path: string) {
+  const response = await api(server, path);
+  expect(response.status, path).toBe(200);
+  // biome-ignore lint/suspicious/noExplicitAny: test reads the JSON freely
+  return (await response.json()) as any;
+}
+
+async function csrf(server: ConsoleServer): Promise<string> {
+  return (await getJson(server, '/api/session')).csrfToken;
+}
+
+async function post(
+  server: ConsoleServer,
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+) {
+  const response = await api(server, path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  // biome-ignore lint/suspicious/noExplicitAny: test reads the JSON freely
+  return { status: response.status, body: (await response.json()) as any };
+}
+
+/** A request with a Host header of our choosing (fetch does not let one set it). */
+function rawGet(port: number, path: string, headers: Record<string, string>) {
+  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, method: 'GET', headers }, (res) => {
+      let body = '';
+      res.on('data', (chunk) => {
+        body += chunk;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const SQS_ERROR =
+  'attempt limit (5) reached; last error: SQS config error: QueueDoesNotExist: The specified queue does not exist';
+
+/** Events turned into dead letters, as the relay would leave them. */
+async function deadLetters(count: number, lastError: string, make: (i: number) => object = () => ({})) {
+  const ids = await insertEvents(db.pool, count, make);
+  await db.pool.query(
+    `UPDATE outbox_events SET attempts = 5, dead_lettered_at = now(), last_error = $2
+     WHERE id = ANY($1::uuid[])`,
+    [ids, lastError],
+  );
+  return ids;
+}
+
+describe('the console refuses what it must', () => {
+  it('refuses a missing or wrong token', async () => {
+    expect((await fetch(`${base(readOnly)}/api/overview`)).status).toBe(401);
+    const wrong = await fetch(`${base(readOnly)}/api/overview`, {
+      headers: { authorization: 'Bearer nope' },
+    });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('cache-control')).toBe('no-store');
+    expect(wrong.headers.get('x-content-type-options')).toBe('nosniff');
+    expect((await fetch(`${base(readOnly)}/?token=nope`, { redirect: 'manual' })).status).toBe(401);
+    // The other console's token is not this one's.
+    const other = await fetch(`${base(readOnly)}/api/overview`, {
+      headers: { authorization: `Bearer ${acting.token}` },
+    });
+    expect(other.status).toBe(401);
+  });
+
+  it('refuses a foreign Host header (DNS rebinding), with the right token', async () => {
+    const auth = { authorization: `Bearer ${readOnly.token}` };
+    const foreign = await rawGet(readOnly.port, '/api/session', {
+      ...auth,
+      host: `evil.example:${readOnly.port}`,
+    });
+    expect(foreign.status).toBe(403);
+    expect(JSON.parse(foreign.body)).toEqual({ error: 'unexpected Host header' });
+    const otherPort = await rawGet(readOnly.port, '/api/session', { ...auth, host: '127.0.0.1:1' });
+    expect(otherPort.status).toBe(403);
+    const local = await rawGet(readOnly.port, '/api/session', {
+      ...auth,
+      host: `localhost:${readOnly.port}`,
+    });
+    expect(local.status).toBe(200);
+  });
+
+  it('takes the token once from ?token=, then from an HttpOnly SameSite=Strict cookie', async () => {
+    const opened = await fetch(readOnly.url.replace('/?', '/api/session?'), { redirect: 'manual' });
+    expect(opened.status).toBe(303);
+    expect(opened.headers.get('location')).toBe('/api/session');
+    const cookie = opened.headers.get('set-cookie') ?? '';
+    expect(cookie).toMatch(/HttpOnly/);
+    expect(cookie).toMatch(/SameSite=Strict/);
+    const session = await fetch(`${base(readOnly)}/api/session`, {
+      headers: { cookie: cookie.split(';')[0] as string },
+    });
+    expect(session.status).toBe(200);
+    expect(await session.json()).toMatchObject({ readOnly: true, showPayloads: false });
+  });
+
+  it('binds to loopback unless told otherwise', async () => {
+    await expect(startConsole({ db: db.pool, host: '0.0.0.0' })).rejects.toBeInstanceOf(ConfigError);
+  });
+
+  it('refuses a body over 1 MiB', async () => {
+    const response = await api(acting, '/api/actions/redrive', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': await csrf(acting) },
+      body: JSON.stringify({ ids: [], pad: 'x'.repeat(1_100_000) }),
+    });
+    expect(response.status).toBe(413);
+  });
+});
+
+describe('the read API', () => {
+  it('overview matches the table', async () => {
+    await insertEvents(db.pool, 7); // pending
+    const published = await insertEvents(db.pool, 5);
+    await db.pool.query('UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1::uuid[])', [
+      published,
+    ]);
+    const waiting = await insertEvents(db.pool, 3);
+    await db.pool.query(
+      `UPDATE outbox_events SET retry_after = now() + interval '1 minute', waiting_for = '{sqs:https://q/orders}'
+       WHERE id = ANY($1::uuid[])`,
+      [waiting],
+    );
+    await deadLetters(2, SQS_ERROR);
+    const overview = await getJson(readOnly, '/api/overview');
+    expect(overview).toMatchObject({
+      pending: 10,
+      backingOff: 3,
+      deadLetters: 2,
+      relays: { running: 0 },
+      waitingForTargets: {
+        scanned: 3,
+        capped: false,
+        targets: [{ target: 'sqs:https://q/orders', events: 3 }],
+      },
+    });
+    expect(overview.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(0);
+    const minutes = overview.perMinute.minutes as Array<{ published: number; deadLettered: number }>;
+    expect(minutes).toHaveLength(60);
+    expect(minutes.reduce((n, m) => n + m.published, 0)).toBe(5);
+    expect(minutes.reduce((n, m) => n + m.deadLettered, 0)).toBe(2);
+  });
+
+  it('groups dead letters by cause and lists a group', async () => {
+    const sqs = await deadLetters(3, SQS_ERROR);
+    await deadLetters(2, 'no route for event type "order.created"');
+    await deadLetters(1, "sqs:https://q/a: message is 300000 bytes, over the queue's limit of 262144 bytes");
+    const { groups, scanned, capped } = await getJson(readOnly, '/api/dead-letters/groups');
+    expect({ scanned, capped }).toEqual({ scanned: 6, capped: false });
+    expect(groups).toHaveLength(3);
+    expect(groups[0]).toMatchObject({
+      eventType: 'order.created',
+      target: null,
+      errorClass: 'SQS config error',
+      count: 3,
+    });
+    expect(groups[2]).toMatchObject({
+      target: 'sqs:https://q/a',
+      errorClass: "message is N bytes, over the queue's limit of N bytes",
+      count: 1,
+    });
+    const listed = await getJson(readOnly, `/api/dead-letters?group=${groups[0].id}`);
+    expect(listed.rows.map((r: { id: string }) => r.id)).toEqual(sqs);
+    const byType = await getJson(readOnly, '/api/dead-letters?eventType=order.created&limit=2');
+    expect(byType).toMatchObject({ total: 6, totalCapped: false });
+    expect(byType.rows).toHaveLength(2);
+  });
+
+  it("hides an event's payload unless the console shows payloads", async () => {
+    const [id] = await deadLetters(1, SQS_ERROR, () => ({
+      payload: { email: 'jane.doe@example.com', amount: '12345678901234567890' },
+      headers: { 'x-correlation-id': 'c-1' },
+    }));
+    const hidden = await api(readOnly, `/api/events/${id}`);
+    const text = await hidden.text();
+    expect(text).not.toContain('jane.doe');
+    expect(JSON.parse(text)).toMatchObject({
+      id,
+      state: 'dead-letter',
+      attempts: 5,
+      lastError: SQS_ERROR,
+      headers: { 'x-correlation-id': 'c-1' },
+      payloadHidden: true,
+    });
+    expect(JSON.parse(text)).not.toHaveProperty('payload');
+    const shown = await getJson(acting, `/api/events/${id}`);
+    expect(JSON.parse(shown.payload)).toEqual({
+      email: 'jane.doe@example.com',
+      amount: '12345678901234567890',
+    });
+    expect((await api(readOnly, '/api/events/not-a-uuid')).status).toBe(400);
+    expect((await api(readOnly, '/api/events/00000000-0000-4000-8000-000000000000')).status).toBe(404);
+  });
+
+  it("shows an aggregate's timeline in seq order with states", async () => {
+    const [first, second] = await insertEvents(db.pool, 2, () => ({ aggregateId: 'o/1' }));
+    const [third] = await insertEvents(db.pool, 1, () => ({ aggregateId: 'o/1' }));
+    await db.pool.query('UPDATE outbox_events SET processed_at = now() WHERE id = $1', [first]);
+    await db.pool.query(
+      "UPDATE outbox_events SET dead_lettered_at = now(), last_error = 'no route' WHERE id = $1",
+      [second],
+    );
+    const { events } = await getJson(readOnly, `/api/aggregates/order/${encodeURIComponent('o/1')}/timeline`);
+    expect(events.map((e: { id: string; state: string }) => [e.id, e.state])).toEqual([
+      [first, 'published'],
+      [second, 'dead-letter'],
+      [third, 'pending'],
+    ]);
+  });
+
+  it('answers errors with a short cause: no SQL, no payload', async () => {
+    const broken = await startConsole({ db: db.pool, schema: 'no_such_schema', logger });
+    try {
+      const response = await api(broken, '/api/overview');
+      expect(response.status).toBe(500);
+      const text = await response.text();
+      expect(JSON.parse(text)).toEqual({ error: 'outbox tables not found (see the server log)' });
+      expect(text).not.toMatch(/select|where|outbox_events/i);
+      expect(logged.some((l) => l.level === 'error' && /outbox_events/.test(String(l.fields.message)))).toBe(
+        true,
+      );
+    } finally {
+      await broken.close();
+    }
+    const bad = await api(readOnly, '/api/dead-letters?limit=abc');
+    expect(await bad.json()).toEqual({ error: 'limit: expected a whole number from 1 to 1000' });
+    expect((await api(readOnly, '/api/nothing')).status).toBe(404);
+  });
+});
+
+describe('actions', () => {
+  it('are refused in read-only mode', async () => {
+    const [id] = await deadLetters(1, SQS_ERROR);
+    const refused = await post(
+      readOnly,
+      '/api/actions/redrive',
+      { ids: [id], dryRun: true },
+      { 'x-csrf-token': await csrf(readOnly) },
+    );
+    expect(refused.status).toBe(403);
+    expect(refused.body.error).toMatch(/read-only/);
+    expect((await getJson(readOnly, '/api/session')).readOnly).toBe(true);
+  });
+
+  it('need the CSRF token', async () => {
+    const [id] = await deadLetters(1, SQS_ERROR);
+    expect((await post(acting, '/api/actions/redrive', { ids: [id], dryRun: true })).status).toBe(403);
+    const wrong = await post(
+      acting,
+      '/api/actions/redrive',
+      { ids: [id], dryRun: true },
+      { 'x-csrf-token': 'x' },
+    );
+    expect(wrong.status).toBe(403);
+  });
+
+  it('redrive: dry run, then the confirmed count; audited', async () => {
+    const [id] = await deadLetters(1, SQS_ERROR);
+    const headers = { 'x-csrf-token': await csrf(acting) };
+    const { groups } = await getJson(acting, '/api/dead-letters/groups');
+    const dry = await post(acting, '/api/actions/redrive', { group: groups[0].id, dryRun: true }, headers);
+    expect(dry).toMatchObject({ status: 200, body: { dryRun: true, count: 1, ids: [id] } });
+    const unconfirmed = await post(acting, '/api/actions/redrive', { group: groups[0].id }, headers);
+    expect(unconfirmed).toMatchObject({ status: 428, body: { count: 1 } });
+    const wrongCount = await post(
+      acting,
+      '/api/actions/redrive',
+      { group: groups[0].id, confirm: 2 },
+      headers,
+    );
+    expect(wrongCount).toMatchObject({ status: 409, body: { count: 1 } });
+    const done = await post(acting, '/api/actions/redrive', { group: groups[0].id, confirm: 1 }, headers);
+    expect(done).toMatchObject({
+      status: 200,
+      body: { dryRun: false, reset: 1, ids: [id], audit: { actor: 'alice@console-test', action: 'redrive' } },
+    });
+    const { rows } = await db.pool.query(
+      'SELECT dead_lettered_at, attempts, redrive_count, redriven_at, processed_at FROM outbox_events WHERE id = $1',
+      [id],
+    );
+    expect(rows[0]).toMatchObject({
+      dead_lettered_at: null,
+      attempts: 0,
+      redrive_count: 1,
+      processed_at: null,
+    });
+    expect(rows[0].redriven_at).toBeInstanceOf(Date);
+    const audit = logged.find((l) => l.message === 'console redrive');
+    expect(audit?.fields).toMatchObject({ actor: 'alice@console-test', changed: 1, ids: [id] });
+  });
+
+  it('discard and replay record who asked', async () => {
+    const [dead] = await deadLetters(1, SQS_ERROR);
+    const [sent] = await insertEvents(db.pool, 1);
+    await db.pool.query('UPDATE outbox_events SET processed_at = now() WHERE id = $1', [sent]);
+    const headers = { 'x-csrf-token': await csrf(acting) };
+    const discard = await post(acting, '/api/actions/discard', { ids: [dead], confirm: 1 }, headers);
+    expect(discard).toMatchObject({ status: 200, body: { discarded: 1 } });
+    const replay = await post(acting, '/api/actions/replay', { ids: [sent], confirm: 1 }, headers);
+    expect(replay).toMatchObject({ status: 200, body: { replayed: 1 } });
+    const by = await db.pool.query('SELECT discarded_by FROM outbox_events WHERE id = $1', [dead]);
+    expect(by.rows[0].discarded_by).toBe('alice@console-test');
+    const replays = await db.pool.query('SELECT requested_by, replayed, caller FROM outbox_replays');
+    expect(replays.rows).toEqual([
+      {
+        requested_by: 'alice@console-test',
+        replayed: 1,
+        caller: { via: 'pg-lambda-outbox console', actor: 'alice@console-test' },
+      },
+    ]);
+    const spoofed = await post(
+      acting,
+      '/api/actions/discard',
+      { ids: [dead], requestedBy: 'mallory' },
+      headers,
+    );
+    expect(spoofed).toMatchObject({
+      status: 400,
+      body: { error: 'requestedBy: set by the console, not by the request' },
+    });
+    const noFilter = await post(acting, '/api/actions/redrive', { dryRun: true }, headers);
+    expect(noFilter.status).toBe(400);
+    expect(noFilter.body.error).toMatch(/no filter given/);
+  });
+});
