@@ -75,6 +75,9 @@ function bigPayload(bytes: number, tag: string) {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** Over what SQS and EventBridge accept (1 MiB since 2025-26): such a payload goes through S3. */
+const OVER_LIMIT = 1100 * 1024;
+
 async function write(payload: unknown, eventType = 'order.created', options = { largePayloads: true }) {
   return enqueueEvent(db.pool, { aggregateType: 'order', aggregateId: 'o-1', eventType, payload }, options);
 }
@@ -160,7 +163,7 @@ describe('large payloads through S3 (the claim check)', () => {
     expect(seen.find((e) => e.id === smallId)?.payload).toEqual({ tag: 'small' });
   });
 
-  it('relays a 300 KiB event through EventBridge via S3; an SQS target that fits it gets it inline', async () => {
+  it("relays a 300 KiB event via S3 to a bus whose route keeps the old 256 KiB limit; a queue at the default (1 MiB, AWS's limit) gets it inline", async () => {
     const payload = bigPayload(300 * 1024, 'bus');
     const id = await write(payload);
     const relayS3 = countingS3();
@@ -171,8 +174,8 @@ describe('large payloads through S3 (the claim check)', () => {
         {
           match: '*',
           targets: [
-            { type: 'eventbridge', busName: bus },
-            { type: 'sqs', queueUrl: queue.url, maxMessageBytes: 1024 * 1024 },
+            { type: 'eventbridge', busName: bus, maxMessageBytes: 256 * 1024 },
+            { type: 'sqs', queueUrl: queue.url },
           ],
         },
       ],
@@ -205,7 +208,7 @@ describe('large payloads through S3 (the claim check)', () => {
         { aggregateType: 'order', aggregateId: 'o-ordered', eventType: 'order.created', payload },
         { largePayloads: true },
       );
-    const bigId = await aggregate(bigPayload(400 * 1024, 'first'));
+    const bigId = await aggregate(bigPayload(OVER_LIMIT, 'first'));
     const smallId = await aggregate({ tag: 'second' });
     const relayS3 = countingS3();
     const { relay } = emulatorRelay(
@@ -233,8 +236,8 @@ describe('large payloads through S3 (the claim check)', () => {
   });
 
   it('fails a record whose object is missing (retryable), or does not match its hash, and handles nothing', async () => {
-    const missingId = await write(bigPayload(400 * 1024, 'missing'));
-    const alteredId = await write(bigPayload(400 * 1024, 'altered'));
+    const missingId = await write(bigPayload(OVER_LIMIT, 'missing'));
+    const alteredId = await write(bigPayload(OVER_LIMIT, 'altered'));
     const { relay } = emulatorRelay(
       db.pool,
       aws,
@@ -280,7 +283,7 @@ describe('large payloads through S3 (the claim check)', () => {
   });
 
   it('skips a duplicate of a processed event before fetching its payload: no GetObject, even after the object expired', async () => {
-    const id = await write(bigPayload(400 * 1024, 'once'));
+    const id = await write(bigPayload(OVER_LIMIT, 'once'));
     const { relay } = emulatorRelay(
       db.pool,
       aws,
@@ -317,7 +320,7 @@ describe('large payloads through S3 (the claim check)', () => {
   });
 
   it('a claim-checked event whose handler failed leaves no dedupe row: the retry fetches and handles it; a replay to handle is fetched', async () => {
-    const id = await write(bigPayload(400 * 1024, 'retry'));
+    const id = await write(bigPayload(OVER_LIMIT, 'retry'));
     const { relay } = emulatorRelay(
       db.pool,
       aws,
@@ -373,8 +376,8 @@ describe('large payloads through S3 (the claim check)', () => {
   });
 
   it('fetches only the relay bucket and the event’s own key, and bounds the size before reading: a forged pointer fails its record alone', async () => {
-    const realId = await write(bigPayload(400 * 1024, 'real'));
-    const otherId = await write(bigPayload(300 * 1024, 'other'));
+    const realId = await write(bigPayload(OVER_LIMIT, 'real'));
+    const otherId = await write(bigPayload(OVER_LIMIT, 'other'));
     const { relay } = emulatorRelay(
       db.pool,
       aws,
@@ -413,7 +416,7 @@ describe('large payloads through S3 (the claim check)', () => {
     };
     const seen: Envelope[] = [];
     const s3 = countingS3();
-    const result = await consumerWith(s3.s3, seen, { maxBytes: 1024 * 1024 }).handleSqsEvent(event);
+    const result = await consumerWith(s3.s3, seen, { maxBytes: 2 * 1024 * 1024 }).handleSqsEvent(event);
 
     expect(result).toMatchObject({ processed: 1, failed: 4 });
     expect(result.batchItemFailures.map((f) => f.itemIdentifier)).toEqual([
@@ -431,7 +434,7 @@ describe('large payloads through S3 (the claim check)', () => {
     );
     expect(reasons['other-bucket']).toMatch(new RegExp(`points at s3://${elsewhere}/.*not fetched`));
     expect(reasons['too-big']).toMatch(
-      /52428800 bytes by the message, over .*maxBytes \(1048576\): not fetched/,
+      /52428800 bytes by the message, over .*maxBytes \(2097152\): not fetched/,
     );
     expect(reasons.short).toMatch(/is \d+ bytes, the message says 1000/);
     // Refused pointers cost no S3 call; the short one stopped at its Content-Length, the genuine one was read.
@@ -451,17 +454,17 @@ describe('large payloads through S3 (the claim check)', () => {
   });
 
   it('dead-letters an event too large for its target when no bucket is configured', async () => {
-    const id = await write(bigPayload(300 * 1024, 'no-bucket'));
+    const id = await write(bigPayload(OVER_LIMIT, 'no-bucket'));
     const { relay } = emulatorRelay(db.pool, aws, routesTo(queue.url));
     expect(await drainUntilIdle(relay)).toMatchObject({ published: 0, deadLettered: 1 });
     const [row] = await eventRows(db.pool);
     expect(row?.id).toBe(id);
     expect(row?.dead_lettered_at).not.toBeNull();
-    expect(row?.last_error).toMatch(/over the queue's limit of 262144 bytes.*OUTBOX_LARGE_PAYLOAD_BUCKET/);
+    expect(row?.last_error).toMatch(/over the queue's limit of 1048576 bytes.*OUTBOX_LARGE_PAYLOAD_BUCKET/);
   });
 
   it('retries without spending attempts when the bucket cannot be written', async () => {
-    await write(bigPayload(300 * 1024, 'no-such-bucket'));
+    await write(bigPayload(OVER_LIMIT, 'no-such-bucket'));
     const { relay } = emulatorRelay(
       db.pool,
       aws,

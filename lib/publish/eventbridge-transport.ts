@@ -4,7 +4,6 @@ import type {
   PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
 import { optionalImportOnce } from '../optional-dependency.js';
-import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
 import {
@@ -18,6 +17,7 @@ import {
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
 import { DirectCaller, type DirectCapableClient } from './direct-calls.js';
 import type { PayloadRef } from './envelope.js';
+import { EVENTBRIDGE_MAX_ENTRY_BYTES } from './limits.js';
 import { eventBridgeMessage, publishedPayloadBytes } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
@@ -41,7 +41,7 @@ export interface EventBridgeTransportOptions {
   source: string;
   /** Transport key; defaults to `eventbridge:<bus>`. */
   key?: string | undefined;
-  /** Per-entry and per-call limit; default 256 KiB. */
+  /** Per-entry and per-call limit; default 1 MiB (limits.ts). */
   maxBytes?: number | undefined;
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   onCall?: (() => void) | undefined;
@@ -69,7 +69,7 @@ export class EventBridgeTransport implements Transport {
 
   constructor(private readonly options: EventBridgeTransportOptions) {
     this.key = options.key ?? `eventbridge:${options.busName}`;
-    this.maxBytes = options.maxBytes ?? BROKER_MESSAGE_MAX_BYTES;
+    this.maxBytes = options.maxBytes ?? EVENTBRIDGE_MAX_ENTRY_BYTES;
     this.direct = options.directCalls
       ? new DirectCaller(options.client as unknown as DirectCapableClient)
       : undefined;

@@ -11,6 +11,7 @@ import {
   validXrayTraceHeader,
 } from '../trace/trace-context.js';
 import type { PayloadRef } from './envelope.js';
+import { MAX_MESSAGE_GROUP_ID_LENGTH } from './limits.js';
 
 /**
  * Turning one outbox row into the exact message a broker receives. Both
@@ -192,14 +193,43 @@ function buildEnvelope(
 }
 
 /**
- * MessageGroupId allows at most 128 characters; longer aggregate keys are
- * replaced by their SHA-256 so that one aggregate still maps to one group.
+ * A MessageGroupId for `key`: SQS takes 1 to 128 characters, letters,
+ * digits and ASCII punctuation (`\x21`-`\x7e`). A key that is not one is
+ * replaced by `sha256:<hex of its UTF-8>` (71 characters), not truncated:
+ * two long keys that share their first 128 characters must not become one
+ * group, and one key always maps to the same group.
  */
-export function messageGroupId(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
-  const key = `${event.aggregateType}:${event.aggregateId}`;
-  return key.length <= 128 && /^[\x21-\x7e]+$/.test(key)
+export function safeGroupId(key: string): string {
+  return key.length <= MAX_MESSAGE_GROUP_ID_LENGTH && /^[\x21-\x7e]+$/.test(key)
     ? key
     : `sha256:${createHash('sha256').update(key).digest('hex')}`;
+}
+
+/** A FIFO queue's MessageGroupId: the aggregate (`<type>:<id>`), so one aggregate keeps its order. */
+export function messageGroupId(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
+  return safeGroupId(`${event.aggregateType}:${event.aggregateId}`);
+}
+
+/**
+ * What a standard queue's MessageGroupId is taken from (a route's
+ * `messageGroup`), for SQS fair queues: the queue tells tenants apart by
+ * it, so one tenant's backlog does not hold back the others' messages.
+ */
+export type MessageGroupSource = 'aggregateType' | 'aggregateId' | { header: string };
+
+/**
+ * A standard queue's MessageGroupId for an event, made safe by
+ * {@link safeGroupId}; undefined when the named header is missing or empty
+ * (SQS then treats the message as a tenant of its own).
+ */
+export function fairGroupId(
+  event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId' | 'headers'>,
+  source: MessageGroupSource,
+): string | undefined {
+  if (source === 'aggregateType') return safeGroupId(event.aggregateType);
+  if (source === 'aggregateId') return safeGroupId(event.aggregateId);
+  const value = checkedHeaders(event)[source.header];
+  return value ? safeGroupId(value) : undefined;
 }
 
 function attribute(value: string): MessageAttributeValue {
@@ -248,7 +278,8 @@ function traceOf(event: Pick<OutboxEvent, 'headers'>): TraceContext | undefined 
 }
 
 /**
- * The SQS message for an event; FIFO queues also get group and deduplication ids.
+ * The SQS message for an event; FIFO queues also get group and deduplication
+ * ids, a standard queue with a `group` source a MessageGroupId (fair queues).
  *
  * Message attributes: `eventId`, `eventType`, `aggregateType`,
  * `aggregateId`, `traceparent` when the event has trace context, and
@@ -259,7 +290,12 @@ function traceOf(event: Pick<OutboxEvent, 'headers'>): TraceContext | undefined 
  */
 export function sqsMessage(
   event: OutboxEvent,
-  options: { fifo: boolean; payloadRef?: PayloadRef | undefined },
+  options: {
+    fifo: boolean;
+    payloadRef?: PayloadRef | undefined;
+    /** A standard queue's MessageGroupId (fair queues); FIFO queues group by aggregate. */
+    group?: MessageGroupSource | undefined;
+  },
 ): SqsMessage {
   const body = envelopeJson(event, options.payloadRef);
   const attributes: Record<string, MessageAttributeValue> = {
@@ -280,6 +316,10 @@ export function sqsMessage(
   if (options.fifo) {
     entry.MessageGroupId = messageGroupId(event);
     entry.MessageDeduplicationId = deduplicationId(event);
+  } else if (options.group !== undefined) {
+    // Not counted in the message's size: it is neither body nor attribute.
+    const group = fairGroupId(event, options.group);
+    if (group !== undefined) entry.MessageGroupId = group;
   }
   return { entry, bytes: Buffer.byteLength(body) + attributesBytes(attributes) };
 }

@@ -1,21 +1,67 @@
 import { z } from 'zod';
+import { EVENTBRIDGE_MAX_ENTRY_BYTES, MIN_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES } from './limits.js';
 
-export const sqsTargetSchema = z.strictObject({
-  type: z.literal('sqs'),
-  queueUrl: z.url(),
-  /** Per-message limit of the queue (SQS allows up to 1 MiB; default 256 KiB). */
-  maxMessageBytes: z
-    .int()
-    .min(1024)
-    .max(1024 * 1024)
-    .optional(),
-});
+/** A target's message size limit: SQS's range; the default is what AWS accepts (limits.ts). */
+const maxBytes = (most: number) =>
+  z
+    .int(`expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
+    .min(MIN_MESSAGE_BYTES, `expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
+    .max(most, `expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
+    .optional();
+
+/** Header names are the producer's; as long as a header may be (write API: 4 KiB in all). */
+const MAX_HEADER_NAME_LENGTH = 256;
+
+const MESSAGE_GROUP_HELP =
+  'expected \'aggregateType\', \'aggregateId\' or { "header": "<header name>" } (the MessageGroupId of a standard queue, for fair queues)';
+
+const HEADER_HELP = `expected the name of an event header, 1 to ${MAX_HEADER_NAME_LENGTH} characters`;
+
+/** Where a standard queue's MessageGroupId comes from (fair queues); see {@link MessageGroupSource}. */
+export const messageGroupSchema = z.union(
+  [
+    z.enum(['aggregateType', 'aggregateId']),
+    z.strictObject(
+      {
+        header: z.string(HEADER_HELP).min(1, HEADER_HELP).max(MAX_HEADER_NAME_LENGTH, HEADER_HELP),
+      },
+      { error: MESSAGE_GROUP_HELP },
+    ),
+  ],
+  { error: MESSAGE_GROUP_HELP },
+);
+
+export const sqsTargetSchema = z
+  .strictObject({
+    type: z.literal('sqs'),
+    queueUrl: z.url(),
+    /**
+     * Largest message (body and attributes) and call the queue accepts.
+     * Default 1 MiB, what SQS accepts; lower it for a queue whose
+     * MaximumMessageSize is lower, or an emulator that keeps 256 KiB.
+     */
+    maxMessageBytes: maxBytes(SQS_MAX_MESSAGE_BYTES),
+    /**
+     * Standard queues only: send a MessageGroupId taken from the event's
+     * aggregate type, aggregate id or a header, so the queue (a fair queue)
+     * keeps one tenant's backlog from delaying the others. Order is not
+     * kept: that is a FIFO queue's, which groups by aggregate.
+     */
+    messageGroup: messageGroupSchema.optional(),
+  })
+  .refine((t) => t.messageGroup === undefined || !t.queueUrl.endsWith('.fifo'), {
+    path: ['messageGroup'],
+    error:
+      'is for standard queues (fair queues); a FIFO queue (.fifo) already groups by aggregate to keep its order: remove messageGroup',
+  });
 
 export const eventBridgeTargetSchema = z.strictObject({
   type: z.literal('eventbridge'),
   busName: z.string().min(1).max(1600),
   /** The event's `Source`; defaults to the relay's configured source. */
   source: z.string().min(1).max(256).optional(),
+  /** Largest entry, and entries per PutEvents call; default 1 MiB, what EventBridge accepts. */
+  maxMessageBytes: maxBytes(EVENTBRIDGE_MAX_ENTRY_BYTES),
 });
 
 export const targetSchema = z.discriminatedUnion('type', [sqsTargetSchema, eventBridgeTargetSchema]);

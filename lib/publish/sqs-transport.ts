@@ -5,7 +5,6 @@ import type {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import { optionalImportOnce } from '../optional-dependency.js';
-import { BROKER_MESSAGE_MAX_BYTES } from '../outbox/limits.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import { classifyEntryError } from './aws-errors.js';
 import {
@@ -19,7 +18,8 @@ import {
 import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-check.js';
 import { DirectCaller, type DirectCapableClient } from './direct-calls.js';
 import type { PayloadRef } from './envelope.js';
-import { publishedPayloadBytes, sqsMessage } from './messages.js';
+import { SQS_MAX_MESSAGE_BYTES } from './limits.js';
+import { type MessageGroupSource, publishedPayloadBytes, sqsMessage } from './messages.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
 /**
@@ -34,8 +34,10 @@ export const SQS_MAX_BATCH_ENTRIES = 10;
 export interface SqsTransportOptions {
   client: Pick<SQSClient, 'send'>;
   queueUrl: string;
-  /** Largest message the queue accepts (body + attributes); also the batch limit. Default 256 KiB. */
+  /** Largest message the queue accepts (body + attributes); also the batch limit. Default 1 MiB (limits.ts). */
   maxMessageBytes?: number | undefined;
+  /** A standard queue's MessageGroupId source (fair queues); ignored by FIFO queues, which group by aggregate. */
+  messageGroup?: MessageGroupSource | undefined;
   /** Runs each API call; lets the router bound calls in flight across targets. */
   schedule?: <T>(call: () => Promise<T>) => Promise<T>;
   /** Counts API calls (benchmarks report calls per 1,000 events). */
@@ -106,7 +108,7 @@ export class SqsTransport implements Transport {
   constructor(private readonly options: SqsTransportOptions) {
     this.key = `sqs:${options.queueUrl}`;
     this.fifo = options.queueUrl.endsWith('.fifo');
-    this.maxBytes = options.maxMessageBytes ?? BROKER_MESSAGE_MAX_BYTES;
+    this.maxBytes = options.maxMessageBytes ?? SQS_MAX_MESSAGE_BYTES;
     this.direct = options.directCalls
       ? new DirectCaller(options.client as unknown as DirectCapableClient)
       : undefined;
@@ -129,7 +131,7 @@ export class SqsTransport implements Transport {
       }
       let message: ReturnType<typeof sqsMessage>;
       try {
-        message = sqsMessage(event, { fifo: this.fifo, payloadRef });
+        message = sqsMessage(event, { fifo: this.fifo, payloadRef, group: this.options.messageGroup });
       } catch (error) {
         results.set(event.id, buildFailure(error));
         return;
