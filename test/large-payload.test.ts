@@ -486,9 +486,9 @@ describe('large payloads through S3 (the claim check)', () => {
 
 describe('write API: payload size with large payloads', () => {
   it('refuses a payload over the message limit by default, and accepts it with largePayloads', async () => {
-    const payload = bigPayload(300 * 1024, 'x');
+    const payload = bigPayload(1100 * 1024, 'x');
     await expect(write(payload, 'order.created', { largePayloads: false })).rejects.toThrow(
-      /over the 262144-byte message limit/,
+      /over the 1048576-byte message limit/,
     );
     await expect(write(payload)).resolves.toMatch(/^[0-9a-f-]{36}$/);
   });

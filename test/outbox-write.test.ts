@@ -146,7 +146,7 @@ describe('enqueueEvents', () => {
       'oversize payload',
       { payload: 'x'.repeat(BROKER_MESSAGE_MAX_BYTES) },
       'events[1].payload',
-      /over the 262144-byte message limit/,
+      /over the 1048576-byte message limit/,
     ],
     ['non-string header', { headers: { n: 1 } }, 'events[1].headers.n', /must be a string/],
     ['bad id', { id: 'not-a-uuid' }, 'events[1].id', /UUID/],
@@ -350,16 +350,16 @@ describe('size: the exact message the relay will send must fit', () => {
   });
 
   it('refuses a payload that fits as JSON.stringify writes it but not as stored and published', async () => {
-    // 210,001 bytes from JSON.stringify ("1.5e-7"); jsonb stores and prints
-    // each as 0.00000015: 330,001 bytes as published.
+    // 700,001 bytes from JSON.stringify ("1.5e-7"); jsonb stores and prints
+    // each as 0.00000015: 1,100,001 bytes as published.
     const error = await enqueueEvents(db.pool, [
       { ...event, payload: {} },
-      { ...event, payload: new Array(30_000).fill(1.5e-7) },
+      { ...event, payload: new Array(100_000).fill(1.5e-7) },
     ]).catch((e) => e);
     expect(error).toBeInstanceOf(ValidationError);
     expect(error.field).toBe('events[1].payload');
     expect(error.message).toMatch(
-      /makes the event 33\d{4} bytes as an EventBridge entry \(counting the longest Source, 768 bytes\), \d+ bytes over the 262144-byte message limit/,
+      /makes the event 110\d{4} bytes as an EventBridge entry \(counting the longest Source, 768 bytes\), \d+ bytes over the 1048576-byte message limit/,
     );
     expect(await counts()).toEqual({ orders: 0, events: 0 });
   });
@@ -380,7 +380,7 @@ describe('size: the exact message the relay will send must fit', () => {
 
     const error = await enqueueEvent(db.pool, sized(fits + 1), { eventBridgeSource: source }).catch((e) => e);
     expect(error).toMatchObject({ name: 'ValidationError', field: 'events[0].payload' });
-    expect(error.message).toContain('1 byte over the 262144-byte message limit');
+    expect(error.message).toContain(`1 byte over the ${BROKER_MESSAGE_MAX_BYTES}-byte message limit`);
     expect(await counts()).toEqual({ orders: 0, events: 1 });
   });
 

@@ -1,10 +1,13 @@
+import { EVENTBRIDGE_MAX_ENTRY_BYTES, SQS_MAX_MESSAGE_BYTES } from '../publish/limits.js';
+
 /**
- * Sizes fixed by the brokers. SQS and EventBridge both accept 256 KiB per
- * message (SQS counts the body and the message attributes; EventBridge counts
- * Source, DetailType and Detail). The write API checks the exact message the
- * transports will send against this limit.
+ * Sizes fixed by the brokers. SQS and EventBridge both accept 1 MiB per
+ * message since 2026-01-29 (lib/publish/limits.ts; SQS counts the body and
+ * the message attributes, EventBridge Source, DetailType and Detail). The
+ * write API checks the exact message the transports will send against this
+ * limit (`maxMessageBytes` lowers it, for a target configured lower).
  */
-export const BROKER_MESSAGE_MAX_BYTES = 256 * 1024;
+export const BROKER_MESSAGE_MAX_BYTES = Math.min(SQS_MAX_MESSAGE_BYTES, EVENTBRIDGE_MAX_ENTRY_BYTES);
 
 /**
  * Default payload limit of the write API with `largePayloads` (the relay

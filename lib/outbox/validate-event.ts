@@ -26,8 +26,8 @@ export interface ValidateOptions {
   /**
    * Largest message a target accepts, in bytes: the SQS message (body and
    * attributes) and the EventBridge entry (Source, DetailType, Detail) the
-   * relay will build for the event must both fit. Default 256 KiB, the limit
-   * of EventBridge and of an SQS queue's default configuration.
+   * relay will build for the event must both fit. Default 1 MiB, what SQS
+   * and EventBridge accept (lower it for a target configured lower).
    */
   maxMessageBytes?: number;
   /**
