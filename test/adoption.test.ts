@@ -5,11 +5,12 @@
 // checkout), type-checks a program against the shipped declarations with its
 // own TypeScript (skipLibCheck off), and runs it: migrate into schema
 // `outbox`, say that schema once (createOutbox) and write an order and its
-// event through each of Drizzle, Kysely, Knex and TypeORM (commit and
-// rollback), relay with the container runner to a queue of the emulator,
-// consume with a poller whose handler writes through an ORM, read the
-// outbox's status through the same handle; where the schema is not said, the
-// error names where it looked and the fix. Then the package's command, `npx
+// event through each of Drizzle, Kysely, Knex, TypeORM and Prisma 7 (its
+// client generated offline, on the pg driver adapter; commit and rollback),
+// relay with the container runner to a queue of the emulator, consume with a
+// poller whose handler writes through an ORM, read the outbox's status
+// through the same handle; where the schema is not said, the error names
+// where it looked and the fix. Then the package's command, `npx
 // pg-lambda-outbox`, reads the same outbox. Nothing of the service's own
 // tables may change but its own writes.
 import { execFileSync } from 'node:child_process';
@@ -45,6 +46,7 @@ const SERVICE_TABLES = `
 const PROGRAM = `
 import { randomUUID } from 'node:crypto';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigint, pgTable, text, uuid } from 'drizzle-orm/pg-core';
 import knexFactory from 'knex';
@@ -55,9 +57,11 @@ import { createConsumer, defineHandlers } from 'pg-lambda-outbox/consumer';
 import { drizzleTx, fromDrizzle } from 'pg-lambda-outbox/drizzle';
 import { fromKnex } from 'pg-lambda-outbox/knex';
 import { fromKysely } from 'pg-lambda-outbox/kysely';
+import { fromPrisma } from 'pg-lambda-outbox/prisma';
 import { createAwsPublisher, parseRoutes, Relay, runRelay } from 'pg-lambda-outbox/relay';
 import { fromTypeORM } from 'pg-lambda-outbox/typeorm';
 import { DataSource } from 'typeorm';
+import { PrismaClient } from './generated/prisma/client.js';
 
 interface OrderPlaced {
   orderId: string;
@@ -90,6 +94,7 @@ const drizzleDb = drizzle(pool);
 const kysely = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
 const knex = knexFactory({ client: 'pg', connection: databaseUrl, pool: { min: 0, max: 2 } });
 const dataSource = await new DataSource({ type: 'postgres', url: databaseUrl }).initialize();
+const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
 
 const placed = (orderId: string, orm: string) => ({
   aggregateType: 'order',
@@ -123,6 +128,12 @@ const writers: Record<string, (orderId: string, fail: boolean) => Promise<void>>
     dataSource.transaction(async (manager) => {
       await manager.query('INSERT INTO orders (id, orm, total_cents) VALUES ($1, $2, $3)', [orderId, 'typeorm', 100]);
       await outbox.enqueue(fromTypeORM(manager), placed(orderId, 'typeorm'));
+      if (fail) throw new Abandon();
+    }),
+  prisma: (orderId, fail) =>
+    prisma.$transaction(async (tx) => {
+      await tx.order.create({ data: { id: orderId, orm: 'prisma', totalCents: 100n } });
+      await outbox.enqueue(fromPrisma(tx), placed(orderId, 'prisma'));
       if (fail) throw new Abandon();
     }),
 };
@@ -219,6 +230,7 @@ const internalImport = await import(internal).then(
 );
 
 // kysely.destroy() ends the pool it was given, the one the outbox shares.
+await prisma.$disconnect();
 await Promise.all([kysely.destroy(), knex.destroy(), dataSource.destroy()]);
 console.log(JSON.stringify({ applied, committed, abandoned, refusedField, unsaid, relayed, consumed, duplicates, status, deadLetters, internalImport }));
 `;
@@ -254,6 +266,28 @@ export * as relay from 'pg-lambda-outbox/relay';
 export * as operations from 'pg-lambda-outbox/operations';
 export * as lambda from 'pg-lambda-outbox/lambda';
 export * as contracts from 'pg-lambda-outbox/contracts';
+export * as prisma from 'pg-lambda-outbox/prisma';
+`;
+
+// The service's Prisma schema: its own orders table. The client is generated
+// offline (PRISMA_SCHEMA_ENGINE_BINARY: generate never runs that engine).
+const PRISMA_SCHEMA = `
+generator client {
+  provider = "prisma-client"
+  output   = "../src/generated/prisma"
+}
+
+datasource db {
+  provider = "postgresql"
+}
+
+model Order {
+  id         String @id @db.Uuid
+  orm        String
+  totalCents BigInt @map("total_cents")
+
+  @@map("orders")
+}
 `;
 
 let db: TestDatabase;
@@ -324,7 +358,20 @@ describe('adopting the packed library in an existing service', () => {
     fs.mkdirSync(path.join(project, 'src'), { recursive: true });
     fs.writeFileSync(
       path.join(project, 'package.json'),
-      JSON.stringify({ name: 'shop', version: '1.0.0', private: true, type: 'module' }, null, 2),
+      JSON.stringify(
+        {
+          name: 'shop',
+          version: '1.0.0',
+          private: true,
+          type: 'module',
+          // Prisma's install scripts are not needed (the client runs on the pg
+          // driver adapter) and are denied, as this repository does, for an npm
+          // that enforces approvals (strict-allow-scripts, inherited from it here).
+          allowScripts: { prisma: false, '@prisma/engines': false },
+        },
+        null,
+        2,
+      ),
     );
     fs.writeFileSync(path.join(project, 'tsconfig.json'), JSON.stringify(TSCONFIG, null, 2));
     fs.writeFileSync(path.join(project, 'src', 'main.ts'), PROGRAM);
@@ -352,10 +399,20 @@ describe('adopting the packed library in an existing service', () => {
           'kysely',
           'knex',
           'typeorm',
+          'prisma',
+          '@prisma/client',
+          '@prisma/adapter-pg',
         ].map((name) => `${name}@${versionOf(name)}`),
       ],
       { cwd: project, env: npmEnv, stdio: 'pipe' },
     );
+    fs.mkdirSync(path.join(project, 'prisma'));
+    fs.writeFileSync(path.join(project, 'prisma', 'schema.prisma'), PRISMA_SCHEMA);
+    execFileSync(path.join(project, 'node_modules', '.bin', 'prisma'), ['generate'], {
+      cwd: project,
+      env: { ...npmEnv, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/false', CHECKPOINT_DISABLE: '1' },
+      stdio: 'pipe',
+    });
 
     // The scratch project's own tsc: a type error fails the test with tsc's output.
     for (const config of ['tsconfig.declarations.json', 'tsconfig.json']) {
@@ -395,8 +452,8 @@ describe('adopting the packed library in an existing service', () => {
     }
     expect(result.status).toMatchObject({ pending: 0, deadLetters: 0 });
     expect(result.deadLetters).toBe(0);
-    expect(result.relayed).toMatchObject({ published: 4, deadLettered: 0 });
-    expect(result.consumed).toBe(4);
+    expect(result.relayed).toMatchObject({ published: 5, deadLettered: 0 });
+    expect(result.consumed).toBe(5);
     expect(result.internalImport).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
 
     // The service's tables: its own rows plus exactly the committed orders.
@@ -404,7 +461,14 @@ describe('adopting the packed library in an existing service', () => {
     expect(orders.rows.map((r) => r.id).sort()).toEqual(
       [...(before as Array<{ id: string }>).map((r) => r.id), ...result.committed].sort(),
     );
-    expect(orders.rows.map((r) => r.orm)).toEqual(['drizzle', 'knex', 'kysely', 'legacy', 'typeorm']);
+    expect(orders.rows.map((r) => r.orm)).toEqual([
+      'drizzle',
+      'knex',
+      'kysely',
+      'legacy',
+      'prisma',
+      'typeorm',
+    ]);
     expect((await db.pool.query('SELECT * FROM public.order_notifications')).rows).toHaveLength(1);
     expect((await db.pool.query('SELECT topic FROM public.outbox_events')).rows).toEqual([
       { topic: 'legacy' },
@@ -420,7 +484,7 @@ describe('adopting the packed library in an existing service', () => {
     const receipts = await db.pool.query('SELECT order_id FROM public.order_receipts ORDER BY order_id');
     expect(receipts.rows.map((r) => r.order_id)).toEqual([...result.committed].sort());
     const dedupe = await db.pool.query(`SELECT count(*)::int AS n FROM "outbox".processed_events`);
-    expect(dedupe.rows[0].n).toBe(4);
+    expect(dedupe.rows[0].n).toBe(5);
   }, 300_000);
 
   it('npx pg-lambda-outbox reads the same outbox, prints the migrations and explains itself', () => {
