@@ -246,6 +246,17 @@ describe('the schema not said: an error that names where it looked and the fix',
     await expect(elsewhere.status(db.pool)).rejects.toThrow(OutboxSchemaError);
     await expect(elsewhere.redrive(db.pool, { all: true, dryRun: true })).rejects.toThrow(OutboxSchemaError);
     await expect(elsewhere.listDeadLetters(db.pool, { limit: 1 })).rejects.toThrow(/schema "nowhere"/);
+    // The consumer's dedupe statement says the same.
+    const consumer = createConsumer({
+      outbox: elsewhere,
+      name: 'receipts',
+      pool: db.pool,
+      handlers: { 'order.placed': async () => {} },
+    });
+    const result = await consumer.handleSqsEvent(delivery(envelopeOf(randomUUID())));
+    expect(result.batchItemFailures).toHaveLength(1);
+    expect(result.outcomes[0]?.error).toBeInstanceOf(OutboxSchemaError);
+    expect(result.outcomes[0]?.error?.message).toMatch(/looked in schema "nowhere"/);
   });
 
   it('through an ORM, under its wrapper (Drizzle)', async () => {

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
-import { type OutboxTables, outboxTables } from '../db/schema.js';
+import { type OutboxTables, outboxTables, withSchemaErrors } from '../db/schema.js';
 
 // Why it is shaped this way:
 // - It runs first in the record's transaction, before the handler, so the
@@ -29,7 +29,9 @@ export async function markProcessed(
   eventType: string,
   schema?: string,
 ): Promise<boolean> {
-  const result = await tx.query(MARK_PROCESSED_SQL(outboxTables(schema)), [consumer, eventId, eventType]);
+  const result = await withSchemaErrors(schema, () =>
+    tx.query(MARK_PROCESSED_SQL(outboxTables(schema)), [consumer, eventId, eventType]),
+  );
   return result.rowCount === 1;
 }
 
@@ -53,12 +55,9 @@ export async function markReplayProcessed(
   eventType: string,
   schema?: string,
 ): Promise<boolean> {
-  const result = await tx.query(MARK_REPLAY_PROCESSED_SQL(outboxTables(schema)), [
-    consumer,
-    eventId,
-    replayId,
-    eventType,
-  ]);
+  const result = await withSchemaErrors(schema, () =>
+    tx.query(MARK_REPLAY_PROCESSED_SQL(outboxTables(schema)), [consumer, eventId, replayId, eventType]),
+  );
   return result.rowCount === 1;
 }
 
@@ -83,9 +82,10 @@ export async function wasProcessed(
   schema?: string,
 ): Promise<boolean> {
   const tables = outboxTables(schema);
-  const result =
+  const result = await withSchemaErrors(schema, () =>
     replayId === undefined
-      ? await db.query(WAS_PROCESSED_SQL(tables), [consumer, eventId])
-      : await db.query(WAS_REPLAY_PROCESSED_SQL(tables), [consumer, eventId, replayId]);
+      ? db.query(WAS_PROCESSED_SQL(tables), [consumer, eventId])
+      : db.query(WAS_REPLAY_PROCESSED_SQL(tables), [consumer, eventId, replayId]),
+  );
   return result.rows.length > 0;
 }
