@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { CreateFunctionCommand, GetFunctionCommand, LambdaClient } from '@aws-sdk/client-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { migrate } from '../lib/db/migrate.js';
 import { ConfigError } from '../lib/errors.js';
 import { createRelayWaker, type RelayWaker } from '../lib/outbox/relay-waker.js';
@@ -176,15 +176,19 @@ describe('createRelayWaker', () => {
     expect(starts).toHaveLength(before + 4);
   }, 90_000);
 
-  it('in a schema of its own (migrate --schema): wakes share their marker there, and a relay taking a slot there ends the window', async () => {
+  it('in a schema of its own (migrate --schema, OUTBOX_SCHEMA): wakes share their marker there, and a relay taking a slot there ends the window', async () => {
     await migrate({ databaseUrl: db.url, schema: 'wake_schema' });
+    // Said once, in the environment, as every entry point reads it.
+    process.env.OUTBOX_SCHEMA = 'wake_schema';
+    onTestFinished(() => {
+      delete process.env.OUTBOX_SCHEMA;
+    });
     const marker = async () => (await db.pool.query('SELECT woken_at FROM outbox_relay_wake')).rows;
     const defaultMarker = await marker();
     const waker = createRelayWaker({
       functionName: FUNCTION,
       lambda,
       db: db.pool, // its search_path does not name the schema
-      schema: 'wake_schema',
       waitMs: 10_000,
     });
     const before = starts.length;

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
+import { resolveSchema } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import { optionalImportOnce } from '../optional-dependency.js';
@@ -45,7 +46,7 @@ export interface RelayWakerOptions {
    * deploys it. A failed look falls back to the per-process `keepAliveMs`.
    */
   db?: Queryable;
-  /** The schema of the outbox tables, as given to `migrate({ schema })`. */
+  /** The schema of the outbox tables, as given to `migrate({ schema })`. Default: `OUTBOX_SCHEMA`. */
   schema?: string;
   /**
    * With `db`: how long a woken relay may take to hold its slot (its cold
@@ -141,7 +142,8 @@ export function createRelayWaker(options: RelayWakerOptions): RelayWaker {
   loadLambda().catch(() => {});
   const logger = options.logger ?? silentLogger;
   const now = options.now ?? Date.now;
-  const { db, schema } = options;
+  const { db } = options;
+  const schema = resolveSchema(options.schema);
   let lambda = options.lambda;
   let lastWakeAt = Number.NEGATIVE_INFINITY;
   let failures = 0;
