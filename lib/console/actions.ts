@@ -3,9 +3,8 @@ import type { Queryable } from '../db/queryable.js';
 import type { OutboxLogger } from '../observer.js';
 import { type RedriveResult, redriveDeadLetters } from '../operations/redrive.js';
 import { type ReplayResult, replayEvents } from '../operations/replay.js';
-import { rowsOfGroup } from './groups.js';
+import { idsOfGroup } from './groups.js';
 import { HttpError } from './http.js';
-import { newestDeadLetters } from './queries.js';
 
 export type ActionName = 'redrive' | 'discard' | 'replay';
 
@@ -114,12 +113,11 @@ async function groupIds(
   ctx: ActionContext,
 ): Promise<string[]> {
   if (name === 'replay') throw new HttpError(400, 'group: only redrive and discard take a dead-letter group');
-  if (typeof group !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(group)) {
+  if (typeof group !== 'string' || !/^[0-9a-f]{16}$/.test(group)) {
     throw new HttpError(400, 'group: expected a group id from /api/dead-letters/groups');
   }
   if ('ids' in filter) throw new HttpError(400, 'give either group or ids, not both');
-  const rows = await ctx.read((db) => newestDeadLetters(db, ctx.schema));
-  const ids = rowsOfGroup(rows, group).map((row) => row.id);
+  const ids = await ctx.read((db) => idsOfGroup(db, group, ctx.schema));
   if (ids.length === 0)
     throw new HttpError(404, 'no dead letters in this group (redriven or discarded already?)');
   return ids;

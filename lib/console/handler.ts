@@ -9,14 +9,12 @@ import { listDeadLetters } from '../sql/list-dead-letters.js';
 import { outboxStats } from '../sql/outbox-stats.js';
 import { relaySlotState } from '../sql/relay-slots.js';
 import { type ActionName, runAction } from './actions.js';
-import { groupDeadLetters, rowsOfGroup } from './groups.js';
+import { deadLetterGroups, deadLettersOfGroup } from './groups.js';
 import { failure, HttpError, json, limitParam, readJsonObject, sameSecret } from './http.js';
 import {
   aggregateTimeline,
-  DEAD_LETTER_GROUP_CAP,
   eventDetail,
   MINUTE_BUCKET_CAP,
-  newestDeadLetters,
   perMinute,
   TIMELINE_FINISHED_SCAN,
   waitingTargets,
@@ -117,12 +115,7 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
     }
     if (path === '/api/overview' && get) return json(200, await read((db) => overview(db, schema)));
     if (path === '/api/dead-letters/groups' && get) {
-      const rows = await read((db) => newestDeadLetters(db, schema));
-      return json(200, {
-        scanned: rows.length,
-        capped: rows.length >= DEAD_LETTER_GROUP_CAP,
-        groups: groupDeadLetters(rows),
-      });
+      return json(200, await read((db) => deadLetterGroups(db, schema)));
     }
     if (path === '/api/dead-letters' && get) return json(200, await deadLetters(url));
     const event = /^\/api\/events\/([^/]+)$/.exec(path);
@@ -148,8 +141,8 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
     const group = url.searchParams.get('group');
     const eventType = url.searchParams.get('eventType') ?? undefined;
     if (group !== null) {
-      const rows = rowsOfGroup(await read((db) => newestDeadLetters(db, schema)), group);
-      return { group, total: rows.length, totalCapped: false, rows: rows.slice(0, limit) };
+      if (!/^[0-9a-f]{16}$/.test(group)) throw new HttpError(400, 'group: expected a group id');
+      return read((db) => deadLettersOfGroup(db, group, { schema, limit }));
     }
     if (eventType !== undefined && (eventType === '' || eventType.length > 128)) {
       throw new HttpError(400, 'eventType: expected 1 to 128 characters');

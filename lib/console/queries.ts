@@ -9,8 +9,6 @@ import { perSchema } from '../db/schema.js';
 export const MINUTE_BUCKET_CAP = 5_000;
 /** Backing-off events read to tell which targets events wait for. */
 export const WAITING_SCAN_CAP = 10_000;
-/** Newest dead letters grouped by cause (and searched by group). */
-export const DEAD_LETTER_GROUP_CAP = 10_000;
 /** Newest finished events searched for an aggregate's published history (no index covers it). */
 export const TIMELINE_FINISHED_SCAN = 50_000;
 /** Characters of `last_error` kept in lists (the event's detail has it whole). */
@@ -60,15 +58,6 @@ const sql = perSchema((t) => ({
                      FROM (SELECT target, count(*)::int AS events
                            FROM r, unnest(r.waiting_for) AS target
                            GROUP BY target ORDER BY events DESC, target LIMIT 100) w), '[]') AS targets`,
-  // The newest dead letters (outbox_events_dead_lettered_at, backwards).
-  NEWEST_DEAD_LETTERS: `
-    SELECT id, seq, event_type, aggregate_type, aggregate_id, attempts,
-           left(last_error, ${LIST_ERROR_CHARS}) AS last_error, created_at, dead_lettered_at,
-           redrive_count, redriven_at
-    FROM ${t.events}
-    WHERE dead_lettered_at IS NOT NULL
-    ORDER BY dead_lettered_at DESC
-    LIMIT $1`,
   EVENT: `
     SELECT id, seq, event_type, aggregate_type, aggregate_id, headers, attempts, last_error,
            created_at, retry_after, locked_until, processed_at, first_processed_at, dead_lettered_at,
@@ -124,42 +113,6 @@ export async function waitingTargets(db: Queryable, schema: string | undefined):
   const { rows } = await db.query(sql(schema).WAITING, [WAITING_SCAN_CAP]);
   const scanned: number = rows[0].scanned;
   return { scanned, capped: scanned >= WAITING_SCAN_CAP, targets: rows[0].targets };
-}
-
-export interface DeadLetterRow {
-  id: string;
-  seq: string;
-  eventType: string;
-  aggregateType: string;
-  aggregateId: string;
-  attempts: number;
-  lastError: string | null;
-  createdAt: Date;
-  deadLetteredAt: Date;
-  redriveCount: number;
-  redrivenAt: Date | null;
-}
-
-/** The newest `limit` dead letters, newest first, errors cut to {@link LIST_ERROR_CHARS}. */
-export async function newestDeadLetters(
-  db: Queryable,
-  schema: string | undefined,
-  limit = DEAD_LETTER_GROUP_CAP,
-): Promise<DeadLetterRow[]> {
-  const { rows } = await db.query(sql(schema).NEWEST_DEAD_LETTERS, [limit]);
-  return rows.map((r) => ({
-    id: r.id,
-    seq: r.seq,
-    eventType: r.event_type,
-    aggregateType: r.aggregate_type,
-    aggregateId: r.aggregate_id,
-    attempts: r.attempts,
-    lastError: r.last_error,
-    createdAt: r.created_at,
-    deadLetteredAt: r.dead_lettered_at,
-    redriveCount: r.redrive_count,
-    redrivenAt: r.redriven_at,
-  }));
 }
 
 /** One event as the console shows it; `payload` (its JSON text) only when asked for. */
