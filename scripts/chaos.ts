@@ -8,7 +8,7 @@
  * drain, receives every message and checks that nothing committed was lost,
  * nothing rolled back was published, nothing is stuck, and (FIFO) every
  * aggregate arrived in commit order. Writes bench/chaos.json; exits 1 when a
- * check fails. See the README's "Fault injection" section.
+ * check fails. See docs/fault-injection.md.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';

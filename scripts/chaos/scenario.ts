@@ -61,7 +61,7 @@ export interface ModeSettings {
 /** The consumer processes: how many, parallel pollers in each, the chaos queue's visibility timeout. */
 export const CONSUMER_SETTINGS = { processes: 2, loops: { standard: 3, fifo: 2 }, visibilityTimeoutS: 5 };
 
-/** The relays' settings: serverless.yml's, with time compressed about 4× (see the README). */
+/** The relays' settings: serverless.yml's, with time compressed about 4× (see docs/fault-injection.md, "Relays"). */
 export const RELAY_SETTINGS = {
   relays: 3,
   budgetMs: 20_000,
