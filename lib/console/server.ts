@@ -111,7 +111,7 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
   const hosts = allowedHosts(host, port, options.allowedHosts ?? []);
   if (!loopback) {
     logger.warn(
-      `console listening on ${host}:${port}, reachable from the network; anyone with the token can read the outbox${options.allowActions ? ' and act on it' : ''}`,
+      `console listening on ${host}:${port}, reachable from the network; anyone with the token can read the outbox${options.allowActions ? ' and act on it' : ''}${hosts.length === 0 ? '; the Host header is not checked (no allowedHosts for an address on every interface)' : ''}`,
       { host, port, host_header_checked: hosts.length > 0 },
     );
   }
