@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,6 +8,7 @@ import { program } from '../lib/cli/program.js';
 import { databaseUrl } from '../lib/cli/shared.js';
 import { databaseConfig } from '../lib/db/connection-config.js';
 import { MIGRATIONS_DIR, migrate, migrationSql } from '../lib/db/migrate.js';
+import { type CliRun, runCli } from './support/cli.js';
 import { createTestDatabase, useTestDatabase } from './support/database.js';
 import { insertEvents } from './support/events.js';
 
@@ -21,32 +21,11 @@ import { insertEvents } from './support/events.js';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const db = useTestDatabase();
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
+type Run = CliRun;
 
-/** The package's bin from source, as a child process, as an operator runs it. */
-function outbox(
-  args: string[],
-  env: Record<string, string | undefined> = { DATABASE_URL: db.url },
-): Promise<Run> {
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
-  delete childEnv.DATABASE_URL;
-  delete childEnv.OUTBOX_SCHEMA;
-  for (const [key, value] of Object.entries(env)) if (value !== undefined) childEnv[key] = value;
-  return new Promise((resolve) => {
-    execFile(
-      'npx',
-      ['tsx', 'lib/cli/main.ts', ...args],
-      { cwd: ROOT, env: childEnv, timeout: 30_000 },
-      (error, stdout, stderr) => {
-        resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
-      },
-    );
-  });
-}
+/** The CLI from source, as an operator runs it (test/support/cli.ts). */
+const outbox = (args: string[], env: Record<string, string | undefined> = { DATABASE_URL: db.url }) =>
+  runCli(args, env);
 
 /** Failure output is one line on stderr, nothing on stdout. */
 function expectOneLineError(run: Run, code: number, message: RegExp) {
@@ -246,7 +225,7 @@ describe('the CLI speaks in flags', () => {
       version: string;
     };
     const run = await outbox(['--version'], {});
-    expect(run).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+    expect(run).toMatchObject({ code: 0, stdout: `${version}\n`, stderr: '' });
   });
 
   it("docs/cli.md's table has a row for every command", () => {

@@ -1,43 +1,20 @@
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { migrationSql } from '../lib/db/migrate.js';
 import { freePort } from '../scripts/local/free-port.js';
+import { type CliRun, runCli } from './support/cli.js';
 import { createTestDatabase, useTestDatabase } from './support/database.js';
 import { insertEvents } from './support/events.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const db = useTestDatabase();
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
+type Run = CliRun;
 
-/** `npx tsx lib/cli/main.ts ...args` (the package's bin, from source) as a child process, as an operator would run it. */
-function outbox(
-  args: string[],
-  env: Record<string, string | undefined> = { DATABASE_URL: db.url },
-): Promise<Run> {
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
-  delete childEnv.DATABASE_URL;
-  for (const [key, value] of Object.entries(env)) if (value !== undefined) childEnv[key] = value;
-  return new Promise((resolve) => {
-    execFile(
-      'npx',
-      ['tsx', 'lib/cli/main.ts', ...args],
-      { cwd: ROOT, env: childEnv, timeout: 30_000 },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-  });
-}
+/** The CLI from source, as an operator runs it (test/support/cli.ts). */
+const outbox = (args: string[], env: Record<string, string | undefined> = { DATABASE_URL: db.url }) =>
+  runCli(args, env);
 
 /** Failure output is one line on stderr, nothing on stdout. */
 function expectOneLineError(run: Run, code: number, message: RegExp) {

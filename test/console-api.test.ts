@@ -441,3 +441,37 @@ describe('on a bigger outbox', () => {
     }
   });
 });
+
+describe('pg-lambda-outbox console (the command)', () => {
+  it('prints a URL with its token, serves the API behind it, and stops cleanly on SIGTERM', async () => {
+    const { spawn } = await import('node:child_process');
+    const { fileURLToPath } = await import('node:url');
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, NO_COLOR: '1' };
+    delete env.OUTBOX_SCHEMA;
+    const child = spawn(`${root}node_modules/.bin/tsx`, ['lib/cli/main.ts', 'console', '--port', '0'], {
+      cwd: root,
+      env,
+    });
+    let stdout = '';
+    child.stdout.on('data', (d) => {
+      stdout += String(d);
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const deadline = Date.now() + 30_000;
+    while (!/http:\/\/127\.0\.0\.1:\d+\/\?token=\S+/.test(stdout) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const url = new URL(/http:\/\/127\.0\.0\.1:\d+\/\?token=\S+/.exec(stdout)?.[0] ?? 'http://invalid/');
+    expect(stdout).toMatch(/read-only, payloads hidden/);
+    const token = url.searchParams.get('token');
+    const session = await fetch(new URL('/api/session', url), {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(session.status).toBe(200);
+    expect(await session.json()).toMatchObject({ readOnly: true });
+    expect((await fetch(new URL('/api/session', url))).status).toBe(401);
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+  }, 60_000);
+});

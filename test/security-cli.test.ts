@@ -1,41 +1,18 @@
 // The CLI against what a database may hold: millions of dead letters (the
 // count stops at a cap), a query stuck behind a lock (statement_timeout),
 // strings with control characters (escaped in text output, exact in JSON).
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { withPool } from '../lib/cli/shared.js';
 import { printable, textTable } from '../lib/operations/text-table.js';
 import { listDeadLetters } from '../lib/sql/list-dead-letters.js';
+import { runCli } from './support/cli.js';
 import { useTestDatabase } from './support/database.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const db = useTestDatabase();
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-/** The CLI from source, as an operator runs it. */
-function outbox(args: string[]): Promise<Run> {
-  const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', DATABASE_URL: db.url };
-  const started = Date.now();
-  return new Promise((resolve) => {
-    execFile(
-      'npx',
-      ['tsx', 'lib/cli/main.ts', ...args],
-      { cwd: ROOT, env, timeout: 60_000 },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
-        resolve({ code, stdout, stderr, ms: Date.now() - started });
-      },
-    );
-  });
-}
+/** The CLI from source, as an operator runs it (test/support/cli.ts). */
+const outbox = (args: string[]) => runCli(args, { DATABASE_URL: db.url });
 
 /** `count` dead letters, written with SQL (no check on their strings), each field from `fields(i)`. */
 async function deadLetters(count: number, fields = "'order.created', 'o-' || g, 'publish failed'") {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, ValidationError } from '../errors.js';
 import { oneLine, printable } from '../operations/text-table.js';
+import { consoleCommand } from './commands/console.js';
 import { contractsCommand } from './commands/contracts.js';
 import { deadLettersCommand } from './commands/dead-letters.js';
 import { migrateCommand } from './commands/migrate.js';
@@ -31,6 +32,7 @@ export const COMMANDS: ReadonlyArray<(cli: Command) => void> = [
   sqlCommand,
   migrateCommand,
   contractsCommand,
+  consoleCommand,
 ];
 
 const EXIT_FAILURE = 1;
