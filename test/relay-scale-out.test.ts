@@ -225,7 +225,7 @@ describe('relay slots', () => {
     expect(() => resolveRelayOptions({ maxRelays: 1.5 })).toThrow(/maxRelays/);
     expect(() => resolveRelayOptions({ scaleOutBacklog: 0 })).toThrow(/scaleOutBacklog/);
     expect(() => resolveRelayOptions({ slotAliveMs: 0 })).toThrow(/slotAliveMs/);
-    // The defaults the README's table gives.
+    // The defaults docs/configuration.md gives.
     expect(resolveRelayOptions({})).toMatchObject({
       maxRelays: null,
       scaleOutBacklog: 1_000,
