@@ -130,13 +130,13 @@ describe('the deployed stack on MiniStack (IAM enforced)', () => {
 
   it('a payload too large for a message goes through S3 and reaches the deployed consumer', async () => {
     const orderId = randomUUID();
-    // 400 KiB: over the 256 KiB of the queue and of the bus.
+    // 1.1 MiB: over the 1 MiB of the queue and of the bus.
     const payload = {
       orderId,
       customerId: 'c',
       totalCents: 1,
       currency: 'SEK',
-      notes: 'n'.repeat(400 * 1024),
+      notes: 'n'.repeat(1100 * 1024),
     };
     const eventId = await enqueueEvent(
       db.pool,
