@@ -58,6 +58,7 @@ import { drizzleTx, fromDrizzle } from 'pg-lambda-outbox/drizzle';
 import { fromKnex } from 'pg-lambda-outbox/knex';
 import { fromKysely } from 'pg-lambda-outbox/kysely';
 import { fromPrisma } from 'pg-lambda-outbox/prisma';
+import { testOutbox } from 'pg-lambda-outbox/testing';
 import { createAwsPublisher, parseRoutes, Relay, runRelay } from 'pg-lambda-outbox/relay';
 import { fromTypeORM } from 'pg-lambda-outbox/typeorm';
 import { DataSource } from 'typeorm';
@@ -218,6 +219,27 @@ while (consumed < committed.length && Date.now() < deadline) {
 }
 stop.abort();
 const relayed = await relaying;
+
+// The team's own test of its code, with no AWS: pg-lambda-outbox/testing
+// drains the real relay into memory and feeds its consumer the messages.
+const kitOrder = randomUUID();
+await writers.kysely(kitOrder, false);
+const seen: string[] = [];
+const testConsumer = createConsumer({
+  outbox,
+  name: 'shop-tests',
+  pool,
+  handlers: defineHandlers<{ 'order.placed': OrderPlaced }>({
+    'order.placed': async (event) => {
+      seen.push(event.payload.orderId);
+    },
+  }),
+});
+const kit = testOutbox({ db: pool, outbox });
+const drained = await kit.drain();
+const delivered = await kit.deliver(testConsumer, drained);
+const again = await kit.deliver(testConsumer, drained);
+const testing = { kitOrder, drained: drained.messages.length, processed: delivered.processed, duplicates: again.duplicates, seen };
 // An operation through the same handle.
 const status = await outbox.status(pool);
 const deadLetters = (await outbox.listDeadLetters(pool, { limit: 10 })).total;
@@ -232,7 +254,7 @@ const internalImport = await import(internal).then(
 // kysely.destroy() ends the pool it was given, the one the outbox shares.
 await prisma.$disconnect();
 await Promise.all([kysely.destroy(), knex.destroy(), dataSource.destroy()]);
-console.log(JSON.stringify({ applied, committed, abandoned, refusedField, unsaid, relayed, consumed, duplicates, status, deadLetters, internalImport }));
+console.log(JSON.stringify({ applied, committed, abandoned, refusedField, unsaid, relayed, consumed, duplicates, status, deadLetters, internalImport, testing }));
 `;
 
 // The program is checked as ORM users must (drizzle-orm's own declarations
@@ -455,15 +477,20 @@ describe('adopting the packed library in an existing service', () => {
     expect(result.relayed).toMatchObject({ published: 5, deadLettered: 0 });
     expect(result.consumed).toBe(5);
     expect(result.internalImport).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
+    // The testing entry point: the order written after the relay stopped, drained and handled once.
+    expect(result.testing).toMatchObject({ drained: 1, processed: 1, duplicates: 1 });
+    expect(result.testing.seen).toEqual([result.testing.kitOrder]);
+    const committed = [...result.committed, result.testing.kitOrder];
 
     // The service's tables: its own rows plus exactly the committed orders.
     const orders = await db.pool.query('SELECT id, orm FROM public.orders ORDER BY orm');
     expect(orders.rows.map((r) => r.id).sort()).toEqual(
-      [...(before as Array<{ id: string }>).map((r) => r.id), ...result.committed].sort(),
+      [...(before as Array<{ id: string }>).map((r) => r.id), ...committed].sort(),
     );
     expect(orders.rows.map((r) => r.orm)).toEqual([
       'drizzle',
       'knex',
+      'kysely',
       'kysely',
       'legacy',
       'prisma',
@@ -478,12 +505,12 @@ describe('adopting the packed library in an existing service', () => {
     const events = await db.pool.query(
       `SELECT aggregate_id, processed_at IS NOT NULL AS published FROM "outbox".outbox_events ORDER BY aggregate_id`,
     );
-    expect(events.rows).toEqual(
-      [...result.committed].sort().map((id) => ({ aggregate_id: id, published: true })),
-    );
+    expect(events.rows).toEqual([...committed].sort().map((id) => ({ aggregate_id: id, published: true })));
     const receipts = await db.pool.query('SELECT order_id FROM public.order_receipts ORDER BY order_id');
     expect(receipts.rows.map((r) => r.order_id)).toEqual([...result.committed].sort());
-    const dedupe = await db.pool.query(`SELECT count(*)::int AS n FROM "outbox".processed_events`);
+    const dedupe = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "outbox".processed_events WHERE consumer = 'shop'`,
+    );
     expect(dedupe.rows[0].n).toBe(5);
   }, 300_000);
 
@@ -496,5 +523,22 @@ describe('adopting the packed library in an existing service', () => {
     expect(sql).toContain('CREATE TABLE outbox_events');
     expect(cli('migrate', '--schema', 'outbox')).toMatch(/up to date/);
     expect(cli('--help')).toMatch(/status[\s\S]*redrive[\s\S]*sql[\s\S]*migrate/);
+    // Without --schema, migrate finds the service's own public.outbox_events:
+    // it refuses before it runs anything, names the flag, and leaves nothing behind.
+    const refused = (() => {
+      try {
+        return { status: 0, stdout: cli('migrate'), stderr: '' };
+      } catch (error) {
+        return error as { status: number; stdout: string; stderr: string };
+      }
+    })();
+    expect(refused.status).toBe(2);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toMatch(/outbox_events[\s\S]*--schema/);
+  });
+
+  it('a refused migrate left no history table in public', async () => {
+    const { rows } = await db.pool.query("SELECT to_regclass('public.outbox_migrations') AS t");
+    expect(rows[0].t).toBeNull();
   });
 });
