@@ -18,6 +18,7 @@ import { CreateQueueCommand, PurgeQueueCommand, SendMessageCommand, SQSClient } 
 import { build } from 'esbuild';
 import pg from 'pg';
 import { migrate, setNotifyTrigger } from '../lib/db/migrate.js';
+import { preferGenericPlans } from '../lib/db/queryable.js';
 import { withTransaction } from '../lib/db/transaction.js';
 import { enqueueEvent } from '../lib/outbox/enqueue.js';
 import { createAwsPublisher } from '../lib/publish/router.js';
@@ -67,7 +68,8 @@ const postgres = await startLocalPostgres({ log });
 await dropDatabase(postgres.adminUrl, 'outbox_bench');
 const url = await ensureDatabase(postgres.adminUrl, 'outbox_bench');
 await migrate({ databaseUrl: url });
-const pool = new pg.Pool({ connectionString: url, max: 10 });
+// The relay's claims run on connections that keep generic plans (preferGenericPlans).
+const pool = preferGenericPlans(new pg.Pool({ connectionString: url, max: 10 }));
 
 async function fillBacklog(count: number) {
   await pool.query('TRUNCATE outbox_events');
@@ -347,7 +349,7 @@ log('claim_ms.ordered_fresh: 10,000 pending rows of 200 aggregates, never analyz
 await dropDatabase(postgres.adminUrl, 'outbox_bench_fresh');
 const freshUrl = await ensureDatabase(postgres.adminUrl, 'outbox_bench_fresh');
 await migrate({ databaseUrl: freshUrl });
-const fresh = new pg.Pool({ connectionString: freshUrl, max: 2 });
+const fresh = preferGenericPlans(new pg.Pool({ connectionString: freshUrl, max: 2 }));
 await fresh.query('ALTER TABLE outbox_events SET (autovacuum_enabled = false)');
 await fresh.query(
   `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)

@@ -16,6 +16,7 @@ import {
   loadRelayConfig,
   logTargetChanges,
   type Publisher,
+  preferGenericPlans,
   Relay,
   type RelaySummary,
   type RunOptions,
@@ -117,7 +118,7 @@ export function createRelayHandler(options: RelayHandlerOptions = {}) {
       throw error;
     });
     const dbConfig = await settings;
-    const pool = new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 });
+    const pool = preferGenericPlans(new pg.Pool({ ...dbConfig, max: (config.relay.workers ?? 2) + 1 }));
     pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
     const workSignal = config.listen ? await listenSignal(dbConfig) : sleepSignal;
     return {

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { type Env, readVar } from '../config/env.js';
 import { loadRelayConfig, type RelayConfig } from '../config/relay-config.js';
 import { databaseConfig } from '../db/connection-config.js';
+import { preferGenericPlans } from '../db/queryable.js';
 import type { OutboxLogger, OutboxMetrics } from '../observer.js';
 import { importOptional } from '../optional-dependency.js';
 import { logTargetChanges } from '../publish/circuit-breaker.js';
@@ -134,11 +135,13 @@ export async function startRelayFromEnv(options: StartRelayOptions): Promise<Rel
   const config = loadRelayConfig(env);
   const dbConfig = await databaseConfig(env);
   const clients = await awsClients(config, env);
-  const pool = new pg.Pool({
-    ...dbConfig,
-    application_name: 'pg-lambda-outbox-relay',
-    max: (config.relay.workers ?? 2) + 1,
-  });
+  const pool = preferGenericPlans(
+    new pg.Pool({
+      ...dbConfig,
+      application_name: 'pg-lambda-outbox-relay',
+      max: (config.relay.workers ?? 2) + 1,
+    }),
+  );
   pool.on('error', (error) => logger.warn('idle database connection failed', { error: String(error) }));
   let workSignal: WorkSignal = sleepSignal;
   try {

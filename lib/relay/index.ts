@@ -7,6 +7,7 @@
  */
 
 export { loadRelayConfig, parseRoutes, type RelayConfig } from '../config/relay-config.js';
+export { preferGenericPlans } from '../db/queryable.js';
 export {
   type CircuitBreakerOptions,
   type CircuitChange,
