@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { perSchema } from '../db/schema.js';
+import { deadLetterOf } from '../sql/list-dead-letters.js';
 import { LIST_ERROR_CHARS } from './queries.js';
 
 /** Newest dead letters grouped by cause (and searched by group). */
@@ -121,19 +122,7 @@ export async function deadLettersOfGroup(
     group,
     total: rows[0]?.total ?? 0,
     totalCapped: false,
-    rows: rows.map((r) => ({
-      id: r.id,
-      seq: r.seq,
-      eventType: r.event_type,
-      aggregateType: r.aggregate_type,
-      aggregateId: r.aggregate_id,
-      attempts: r.attempts,
-      lastError: r.last_error,
-      createdAt: r.created_at,
-      deadLetteredAt: r.dead_lettered_at,
-      redriveCount: r.redrive_count,
-      redrivenAt: r.redriven_at,
-    })),
+    rows: rows.map(deadLetterOf),
   };
 }
 

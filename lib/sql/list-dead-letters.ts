@@ -99,20 +99,23 @@ export async function listDeadLetters(
   return {
     total: Math.min(counted, cap),
     totalCapped: counted > cap,
-    rows: rows
-      .filter((r) => r.id !== null)
-      .map((r) => ({
-        id: r.id as string,
-        seq: r.seq,
-        eventType: r.event_type,
-        aggregateType: r.aggregate_type,
-        aggregateId: r.aggregate_id,
-        attempts: r.attempts,
-        lastError: r.last_error,
-        createdAt: r.created_at,
-        deadLetteredAt: r.dead_lettered_at,
-        redriveCount: r.redrive_count,
-        redrivenAt: r.redriven_at,
-      })),
+    rows: rows.filter((r) => r.id !== null).map(deadLetterOf),
+  };
+}
+
+/** A row of the outbox_dead_letters view as {@link DeadLetter}. */
+export function deadLetterOf(r: Omit<Row, 'total'>): DeadLetter {
+  return {
+    id: r.id as string,
+    seq: r.seq,
+    eventType: r.event_type,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    deadLetteredAt: r.dead_lettered_at,
+    redriveCount: r.redrive_count,
+    redrivenAt: r.redriven_at,
   };
 }
