@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startConsole } from '../lib/console/index.js';
+import { createAdminHandler, startConsole } from '../lib/console/index.js';
 import type { ConsoleServer } from '../lib/console/server.js';
 import { ConfigError } from '../lib/errors.js';
 import type { OutboxLogger } from '../lib/observer.js';
@@ -199,6 +199,50 @@ describe('the read API', () => {
     expect(minutes).toHaveLength(60);
     expect(minutes.reduce((n, m) => n + m.published, 0)).toBe(5);
     expect(minutes.reduce((n, m) => n + m.deadLettered, 0)).toBe(2);
+  });
+
+  it('counts the last day by quarter hour, extrapolating past the cap', async () => {
+    // 1,200 published in the last minute: over the 500 read per bucket.
+    await db.pool.query(`
+      INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, processed_at)
+      SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.created', '{}', now(), now() - g * interval '40 ms'
+      FROM generate_series(1, 1200) g`);
+    const day = await getJson(readOnly, '/api/throughput?window=day');
+    expect(day).toMatchObject({ window: 'day', bucketSeconds: 900, buckets: 96, cap: 500 });
+    expect(day.series).toHaveLength(96);
+    const total = day.series.reduce((n: number, b: { published: number }) => n + b.published, 0);
+    // An even pace: the estimate lands near the truth (the bucket boundary may split the minute).
+    expect(total).toBeGreaterThan(900);
+    expect(total).toBeLessThan(1600);
+    expect(day.series.some((b: { estimated: boolean }) => b.estimated)).toBe(true);
+    expect((await api(readOnly, '/api/throughput?window=week')).status).toBe(400);
+  });
+
+  it('serves the pages behind the same rules: HTML with a strict policy, the chart library from the package', async () => {
+    const page = await api(readOnly, '/');
+    expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(page.headers.get('content-security-policy')).toMatch(/script-src 'self';/);
+    expect(page.headers.get('cache-control')).toBe('no-store');
+    expect(await page.text()).not.toMatch(/<script>|<script(?![^>]*src=)/);
+    const uplot = await api(readOnly, '/assets/vendor/uPlot.iife.min.js');
+    expect(uplot.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect(await uplot.text()).toContain('uPlot');
+    expect((await api(readOnly, '/assets/../package.json')).status).toBe(404);
+    expect((await api(readOnly, '/assets/nothing.js')).status).toBe(404);
+    expect((await fetch(`${base(readOnly)}/assets/app.js`)).status).toBe(401);
+  });
+
+  it('mounted under a base path: the page at <base>/, behind the auth given', async () => {
+    const handler = createAdminHandler({ db: db.pool, auth: 'none', basePath: '/admin/outbox' });
+    const bare = await handler(new Request('http://svc.internal/admin/outbox'));
+    expect(bare.status).toBe(308);
+    expect(bare.headers.get('location')).toBe('/admin/outbox/');
+    const page = await handler(new Request('http://svc.internal/admin/outbox/'));
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('src="assets/app.js"');
+    expect((await handler(new Request('http://svc.internal/admin/outbox/assets/app.css'))).status).toBe(200);
+    const closed = createAdminHandler({ db: db.pool, auth: () => false, basePath: '/admin/outbox' });
+    expect((await closed(new Request('http://svc.internal/admin/outbox/assets/app.js'))).status).toBe(401);
   });
 
   it('groups dead letters by cause and lists a group', async () => {
@@ -409,6 +453,7 @@ describe('on a bigger outbox', () => {
     const paths = [
       '/api/session',
       '/api/overview',
+      '/api/throughput?window=day',
       '/api/dead-letters/groups',
       '/api/dead-letters?limit=50',
       `/api/dead-letters?group=${groups[0].id}&limit=50`,

@@ -17,7 +17,7 @@ export const cookieName = (port: number) => `pg_lambda_outbox_console_${port}`;
 
 /**
  * Puts the local console's rules in front of a handler, for every request
- * (API and, later, pages and static files alike):
+ * (API, pages and static files alike):
  * - the Host header must be one the server answers to: a page of another
  *   site whose name was rebound to 127.0.0.1 (DNS rebinding) sends its own
  *   name, and is refused (403);

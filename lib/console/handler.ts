@@ -10,15 +10,25 @@ import { outboxStats } from '../sql/outbox-stats.js';
 import { relaySlotState } from '../sql/relay-slots.js';
 import { type ActionName, runAction } from './actions.js';
 import { deadLetterGroups, deadLettersOfGroup } from './groups.js';
-import { failure, HttpError, json, limitParam, readJsonObject, sameSecret } from './http.js';
+import {
+  failure,
+  HttpError,
+  json,
+  limitParam,
+  readJsonObject,
+  SECURITY_HEADERS,
+  sameSecret,
+} from './http.js';
 import {
   aggregateTimeline,
   eventDetail,
-  MINUTE_BUCKET_CAP,
-  perMinute,
+  LAST_DAY,
+  LAST_HOUR,
   TIMELINE_FINISHED_SCAN,
+  throughput,
   waitingTargets,
 } from './queries.js';
+import { staticFile } from './static.js';
 
 /** Decides whether a request may use the API (the team's own authentication). */
 export type AdminAuth = (request: Request) => boolean | Promise<boolean>;
@@ -68,7 +78,8 @@ const MAX_LIST = 1_000;
 const MAX_NAME = 255;
 
 /**
- * The console's JSON API as a web-standard request handler: mount it in a
+ * The console (its pages at `<basePath>/`, its JSON API under
+ * `<basePath>/api/`) as a web-standard request handler: mount it in a
  * service (any framework that speaks `Request`/`Response`: Hono, Next.js
  * route handlers, a Lambda function URL through an adapter) or serve it with
  * `startConsole`. Every read is bounded (indexes, LIMITs, a statement
@@ -111,6 +122,7 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
         allowActions,
         showPayloads,
         schema: schema ?? null,
+        actor: allowActions ? await actorOf(request) : null,
       });
     }
     if (path === '/api/overview' && get) return json(200, await read((db) => overview(db, schema)));
@@ -118,6 +130,12 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
       return json(200, await read((db) => deadLetterGroups(db, schema)));
     }
     if (path === '/api/dead-letters' && get) return json(200, await deadLetters(url));
+    if (path === '/api/throughput' && get) {
+      const window = url.searchParams.get('window') ?? 'day';
+      if (window !== 'hour' && window !== 'day') throw new HttpError(400, 'window: expected hour or day');
+      const shape = window === 'hour' ? LAST_HOUR : LAST_DAY;
+      return json(200, { window, ...shape, series: await read((db) => throughput(db, schema, shape)) });
+    }
     const event = /^\/api\/events\/([^/]+)$/.exec(path);
     if (event && get) return eventResponse(event[1] as string);
     const timeline = /^\/api\/aggregates\/([^/]+)\/([^/]+)\/timeline$/.exec(path);
@@ -133,7 +151,8 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
       const known = event || timeline || action || KNOWN.has(path);
       return known ? failure(405, 'method not allowed') : failure(404, 'no such API route');
     }
-    return failure(404, 'not found');
+    const page = get ? await staticFile(path) : undefined;
+    return page ?? failure(404, 'not found');
   }
 
   async function deadLetters(url: URL) {
@@ -182,6 +201,13 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
     if (base !== '' && url.pathname !== base && !url.pathname.startsWith(`${base}/`)) {
       return failure(404, 'not found');
     }
+    // The page's links are relative (assets/app.js, api/...): it must be served at `<base>/`.
+    if (base !== '' && url.pathname === base && request.method === 'GET') {
+      return new Response(null, {
+        status: 308,
+        headers: { ...SECURITY_HEADERS, location: `${base}/${url.search}` },
+      });
+    }
     const path = url.pathname.slice(base.length) || '/';
     try {
       if (options.auth !== 'none' && (await options.auth(request)) !== true) {
@@ -194,7 +220,13 @@ export function createAdminHandler(options: AdminHandlerOptions): AdminHandler {
   };
 }
 
-const KNOWN = new Set(['/api/session', '/api/overview', '/api/dead-letters/groups', '/api/dead-letters']);
+const KNOWN = new Set([
+  '/api/session',
+  '/api/overview',
+  '/api/throughput',
+  '/api/dead-letters/groups',
+  '/api/dead-letters',
+]);
 
 /** An aggregate type or id from the path: decoded, 1 to 255 characters. */
 function name(segment: string): string {
@@ -213,13 +245,17 @@ async function overview(db: Queryable, schema: string | undefined) {
   const stats = await outboxStats(db, { schema });
   const slots = await relaySlotState(db, { maxRelays: ANY_SLOT, schema });
   const waiting = await waitingTargets(db, schema);
-  const minutes = await perMinute(db, schema);
+  const minutes = await throughput(db, schema, LAST_HOUR);
   return {
     at: new Date(),
     ...stats,
     relays: { running: slots.running, closedSlots: slots.held - slots.running },
     waitingForTargets: waiting,
-    perMinute: { window: 'last hour', capPerMinute: MINUTE_BUCKET_CAP, minutes },
+    perMinute: {
+      window: 'last hour',
+      capPerMinute: LAST_HOUR.cap,
+      minutes: minutes.map(({ start, ...counts }) => ({ minute: start, ...counts })),
+    },
   };
 }
 

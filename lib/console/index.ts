@@ -1,6 +1,6 @@
 /**
- * The ops console's server side: the JSON API as a web-standard request
- * handler to mount behind your own authentication ({@link createAdminHandler}),
+ * The ops console: its pages and JSON API as a web-standard request handler
+ * to mount behind your own authentication ({@link createAdminHandler}),
  * and the local, token-protected server the CLI's `console` command starts
  * ({@link startConsole}). See docs/console.md.
  */

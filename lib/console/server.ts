@@ -48,7 +48,7 @@ const LOOPBACK = /^(127(\.\d{1,3}){3}|::1|localhost)$/i;
 const EVERY_INTERFACE = new Set(['0.0.0.0', '::', '']);
 
 /**
- * Serves the console's API (and, later, its pages) on a local port with
+ * Serves the console's pages and API on a local port with
  * node:http, behind a one-time token: see {@link withTokenGuard} for the
  * rules every request passes.
  */

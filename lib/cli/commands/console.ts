@@ -41,7 +41,7 @@ const stderrLogger: OutboxLogger = {
 export function consoleCommand(cli: Command): void {
   cli
     .command('console')
-    .description('serve the ops console (JSON API; pages to come) on 127.0.0.1, behind a one-time token')
+    .description('serve the ops console (pages and JSON API) on 127.0.0.1, behind a one-time token')
     .option('--port <n>', 'port to listen on (0: any free port)', wholeNumber(0), 0)
     .option(
       '--host <address>',
