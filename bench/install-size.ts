@@ -109,7 +109,9 @@ console.log(typeof enqueueEvents, typeof withTransaction);`,
 );
 const entryPoints = [
   'pg-lambda-outbox',
-  ...['consumer', 'relay', 'operations', 'lambda', 'contracts'].map((e) => `pg-lambda-outbox/${e}`),
+  ...['consumer', 'relay', 'operations', 'lambda', 'contracts', 'testing', 'prisma', 'console'].map(
+    (e) => `pg-lambda-outbox/${e}`,
+  ),
 ];
 check(
   'entry-points-load',
@@ -118,6 +120,20 @@ check(
   console.log(name, Object.keys(m).length);
 }`,
   (out) => entryPoints.every((e) => new RegExp(`^${e} [1-9]`, 'm').test(out)),
+);
+// zod is bundled into the package (dist/zod.js), not installed: validation
+// still runs and still names the field.
+check(
+  'validation-without-zod-installed',
+  `import { parseRoutes } from 'pg-lambda-outbox/relay';
+import fs from 'node:fs';
+console.log('zod installed:', fs.existsSync('node_modules/zod'));
+try {
+  parseRoutes([{ match: 'order.*', targets: [{ type: 'sqs', queueUrl: 'not a url' }] }]);
+} catch (error) {
+  console.log(error.name, error.message);
+}`,
+  (out) => /^zod installed: false$/m.test(out) && /queueUrl/.test(out),
 );
 check(
   'aws-feature-names-package',

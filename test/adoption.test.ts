@@ -260,7 +260,8 @@ console.log(JSON.stringify({ applied, committed, abandoned, refusedField, unsaid
 // The program is checked as ORM users must (drizzle-orm's own declarations
 // do not pass skipLibCheck: false); the package's core entry points are
 // checked with skipLibCheck off on their own, with only pg's and Node's types
-// installed (no @types/aws-lambda, no EventBridge client).
+// installed (no @types/aws-lambda, no EventBridge client, no zod: the package
+// bundles its own and its declarations never name it).
 const TSCONFIG = {
   compilerOptions: {
     target: 'ES2022',
@@ -289,6 +290,8 @@ export * as operations from 'pg-lambda-outbox/operations';
 export * as lambda from 'pg-lambda-outbox/lambda';
 export * as contracts from 'pg-lambda-outbox/contracts';
 export * as prisma from 'pg-lambda-outbox/prisma';
+export * as testing from 'pg-lambda-outbox/testing';
+export * as adminConsole from 'pg-lambda-outbox/console';
 `;
 
 // The service's Prisma schema: its own orders table. The client is generated

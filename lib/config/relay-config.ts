@@ -1,9 +1,11 @@
-import { z } from 'zod';
 import { ConfigError } from '../errors.js';
 import type { CircuitBreakerOptions } from '../publish/circuit-breaker.js';
-import { type RouteConfig, routesSchema } from '../publish/routes.js';
+import { routesSchema } from '../publish/route-schemas.js';
+import type { RouteConfig } from '../publish/routes.js';
 import { RELAY_DEFAULTS, type RelayOptions } from '../relay/options.js';
-import { boolVar, type Env, intVar, jsonVar, numberVar, readVar, schemaVar } from './env.js';
+import * as z from '../zod.js';
+import { type Env, readVar, schemaVar } from './env.js';
+import { boolVar, intVar, jsonVar, numberVar } from './vars.js';
 
 export interface RelayConfig {
   relay: RelayOptions;

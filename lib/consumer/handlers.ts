@@ -1,9 +1,11 @@
 import type { ClientBase } from 'pg';
 import type { OutboxLogger } from '../observer.js';
 import type { Envelope } from '../publish/envelope.js';
-import type { MessageSource } from './message-body.js';
 import type { RecordTrace } from './record-trace.js';
 import type { SQSRecord } from './sqs-types.js';
+
+/** How the envelope reached the queue. */
+export type MessageSource = 'sqs' | 'eventbridge';
 
 /** What a handler learns about the delivery besides the event itself. */
 export interface HandlerContext {

@@ -7,9 +7,14 @@
 export type { Envelope, PayloadRef } from '../publish/envelope.js';
 export { type Consumer, createConsumer, type HandleOptions } from './consumer.js';
 export { MalformedMessageError } from './errors.js';
-export { defineHandlers, type EventHandler, type HandlerContext, type HandlerMap } from './handlers.js';
+export {
+  defineHandlers,
+  type EventHandler,
+  type HandlerContext,
+  type HandlerMap,
+  type MessageSource,
+} from './handlers.js';
 export { LargePayloadError } from './large-payload.js';
-export type { MessageSource } from './message-body.js';
 export type { ConsumerLargePayloadOptions, ConsumerOptions } from './options.js';
 export type { ConsumerResult, RecordOutcome, RecordStatus } from './outcome.js';
 export type { RecordTrace } from './record-trace.js';

@@ -1,9 +1,7 @@
-import { z } from 'zod';
 import type { Envelope } from '../publish/envelope.js';
+import * as z from '../zod.js';
 import { MalformedMessageError } from './errors.js';
-
-/** How the envelope reached the queue. */
-export type MessageSource = 'sqs' | 'eventbridge';
+import type { MessageSource } from './handlers.js';
 
 /**
  * The relay's envelope ({@link Envelope}). Unknown fields are dropped rather

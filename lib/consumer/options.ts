@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
-import { boolVar, type Env, intVar, readVar } from '../config/env.js';
+import { type Env, readVar } from '../config/env.js';
+import { boolVar, intVar } from '../config/vars.js';
 import { resolveSchema } from '../db/schema.js';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';

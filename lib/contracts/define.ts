@@ -6,7 +6,8 @@ import { type EnqueueOptions, enqueueEvents } from '../outbox/enqueue.js';
 import { serializePayload } from '../outbox/json-text.js';
 import type { NewOutboxEvent } from '../outbox/types.js';
 import type { Envelope } from '../publish/envelope.js';
-import { type RouteConfig, routesSchema, type TargetConfig } from '../publish/routes.js';
+import { routesSchema } from '../publish/route-schemas.js';
+import type { RouteConfig, TargetConfig } from '../publish/routes.js';
 import { describeIssue, headerValue, moreIssues, type SchemaIssue } from './issues.js';
 import { isStandardSchema, type StandardSchemaV1 } from './standard-schema.js';
 

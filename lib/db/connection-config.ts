@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import type pg from 'pg';
-import { z } from 'zod';
-import { boolVar, type Env, intVar, readVar } from '../config/env.js';
+import { type Env, readVar } from '../config/env.js';
+import { boolVar, intVar } from '../config/vars.js';
 import { ConfigError } from '../errors.js';
 import { importOptional } from '../optional-dependency.js';
+import * as z from '../zod.js';
 
 /**
  * TLS modes: how the connection is encrypted and what is verified (libpq's names):

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from '../zod.js';
 import { defineEvents, type EventOf, type PayloadOf } from '../contracts/define.js';
 
 /**

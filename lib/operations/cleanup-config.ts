@@ -1,4 +1,5 @@
-import { type Env, intVar, readVar, schemaVar } from '../config/env.js';
+import { type Env, readVar, schemaVar } from '../config/env.js';
+import { intVar } from '../config/vars.js';
 import type { CleanupOptions } from './cleanup-options.js';
 
 /** SQS keeps a message at most 14 days; a dedupe row must outlive any redelivery. */

@@ -7,6 +7,7 @@
  * its schema.
  */
 
+export { DEFAULT_REDRIVE_LIMIT, MAX_REDRIVE_LIMIT } from '../outbox/limits.js';
 export {
   DEAD_LETTER_COUNT_CAP,
   type DeadLetter,
@@ -34,7 +35,6 @@ export {
   redrive,
   redriveDeadLetters,
 } from './redrive.js';
-export { DEFAULT_REDRIVE_LIMIT, MAX_REDRIVE_LIMIT } from './redrive-input.js';
 export {
   parseReplayInput,
   type ReplayInput,

@@ -1,12 +1,8 @@
-import { z } from 'zod';
 import { ValidationError } from '../errors.js';
-import {
-  batchFields,
-  DEFAULT_REDRIVE_LIMIT,
-  eventFilterFields,
-  instant,
-  requestError,
-} from './redrive-input.js';
+import { DEFAULT_REDRIVE_LIMIT } from '../outbox/limits.js';
+import * as z from '../zod.js';
+import type { OperatorRequestInput } from './redrive-input.js';
+import { batchFields, eventFilterFields, instant, requestError } from './request-fields.js';
 
 /**
  * The replay request as JSON (the redrive function's payload with
@@ -14,23 +10,29 @@ import {
  * unknown key is an error, so a misspelt filter cannot silently widen a
  * replay. Limits are the redrive's.
  */
-export const replayInputSchema = z.strictObject({
-  /** `replay`; optional for the library call, required by the redrive function to choose a replay. */
+const replayInputSchema = z.strictObject({
   action: z.literal('replay', { error: 'must be "replay"' }).optional(),
   ...eventFilterFields,
-  /** First published at or after this instant (the original publication, not a replay's). */
   publishedAfter: instant.optional(),
-  /** First published strictly before this instant. */
   publishedBefore: instant.optional(),
-  /** Written (created_at) at or after this instant. */
   createdAfter: instant.optional(),
-  /** Written strictly before this instant. */
   createdBefore: instant.optional(),
   ...batchFields,
-});
+}) satisfies z.ZodType<unknown, ReplayInput>;
 
 /** What a caller may pass to {@link parseReplayInput} (JSON types). */
-export type ReplayInput = z.input<typeof replayInputSchema>;
+export interface ReplayInput extends OperatorRequestInput {
+  /** `replay`; optional for the library call, required by the redrive function to choose a replay. */
+  action?: 'replay' | undefined;
+  /** First published at or after this instant (the original publication, not a replay's; ISO 8601 with an offset). */
+  publishedAfter?: string | undefined;
+  /** First published strictly before this instant. */
+  publishedBefore?: string | undefined;
+  /** Written (created_at) at or after this instant. */
+  createdAfter?: string | undefined;
+  /** Written strictly before this instant. */
+  createdBefore?: string | undefined;
+}
 
 /** A validated replay request with defaults applied. */
 export interface ReplayRequest {

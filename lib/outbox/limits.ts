@@ -55,3 +55,7 @@ export const MAX_PAYLOAD_DEPTH = 1000 - 2;
  * and -2^63 as a double prints as -9223372036854776000).
  */
 export const INT64_BOUND = 2 ** 63;
+
+/** Most dead letters one redrive resets; larger backlogs take several calls. */
+export const MAX_REDRIVE_LIMIT = 10_000;
+export const DEFAULT_REDRIVE_LIMIT = 100;

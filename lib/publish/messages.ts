@@ -12,6 +12,7 @@ import {
 } from '../trace/trace-context.js';
 import type { PayloadRef } from './envelope.js';
 import { MAX_MESSAGE_GROUP_ID_LENGTH } from './limits.js';
+import type { MessageGroupSource } from './routes.js';
 
 /**
  * Turning one outbox row into the exact message a broker receives. Both
@@ -209,13 +210,6 @@ export function safeGroupId(key: string): string {
 export function messageGroupId(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
   return safeGroupId(`${event.aggregateType}:${event.aggregateId}`);
 }
-
-/**
- * What a standard queue's MessageGroupId is taken from (a route's
- * `messageGroup`), for SQS fair queues: the queue tells tenants apart by
- * it, so one tenant's backlog does not hold back the others' messages.
- */
-export type MessageGroupSource = 'aggregateType' | 'aggregateId' | { header: string };
 
 /**
  * A standard queue's MessageGroupId for an event, made safe by

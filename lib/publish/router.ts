@@ -1,14 +1,15 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import pLimit from 'p-limit';
-import { z } from 'zod';
 import { ConfigError } from '../errors.js';
 import type { OutboxEvent } from '../outbox/types.js';
+import * as z from '../zod.js';
 import { aggregateKey, heldBack } from './batching.js';
 import { CircuitBreaker, type CircuitBreakerOptions, type CircuitChange } from './circuit-breaker.js';
 import { type LargePayloadOptions, PayloadStore, type S3Sender } from './claim-check.js';
 import { EventBridgeTransport } from './eventbridge-transport.js';
-import { type RouteConfig, RouteTable, routesSchema, type TargetConfig, targetKey } from './routes.js';
+import { routesSchema } from './route-schemas.js';
+import { type RouteConfig, RouteTable, type TargetConfig, targetKey } from './routes.js';
 import { SqsTransport } from './sqs-transport.js';
 import type {
   FailureInfo,

@@ -1,86 +1,48 @@
-import { z } from 'zod';
-import { EVENTBRIDGE_MAX_ENTRY_BYTES, MIN_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES } from './limits.js';
+/**
+ * Routes and targets as the relay is configured with them (`OUTBOX_ROUTES`,
+ * `routes`), validated by routesSchema (route-schemas.ts).
+ */
+/**
+ * What a standard queue's MessageGroupId is taken from (a route's
+ * `messageGroup`), for SQS fair queues: the queue tells tenants apart by
+ * it, so one tenant's backlog does not hold back the others' messages.
+ */
+export type MessageGroupSource = 'aggregateType' | 'aggregateId' | { header: string };
 
-/** A target's message size limit: SQS's range; the default is what AWS accepts (limits.ts). */
-const maxBytes = (most: number) =>
-  z
-    .int(`expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
-    .min(MIN_MESSAGE_BYTES, `expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
-    .max(most, `expected a whole number of bytes from ${MIN_MESSAGE_BYTES} to ${most}`)
-    .optional();
+export interface SqsTargetConfig {
+  type: 'sqs';
+  queueUrl: string;
+  /**
+   * Largest message (body and attributes) and call the queue accepts.
+   * Default 1 MiB, what SQS accepts; lower it for a queue whose
+   * MaximumMessageSize is lower, or an emulator that keeps 256 KiB.
+   */
+  maxMessageBytes?: number | undefined;
+  /**
+   * Standard queues only: send a MessageGroupId taken from the event's
+   * aggregate type, aggregate id or a header, so the queue (a fair queue)
+   * keeps one tenant's backlog from delaying the others. Order is not
+   * kept: that is a FIFO queue's, which groups by aggregate.
+   */
+  messageGroup?: MessageGroupSource | undefined;
+}
 
-/** Header names are the producer's; as long as a header may be (write API: 4 KiB in all). */
-const MAX_HEADER_NAME_LENGTH = 256;
-
-const MESSAGE_GROUP_HELP =
-  'expected \'aggregateType\', \'aggregateId\' or { "header": "<header name>" } (the MessageGroupId of a standard queue, for fair queues)';
-
-const HEADER_HELP = `expected the name of an event header, 1 to ${MAX_HEADER_NAME_LENGTH} characters`;
-
-/** Where a standard queue's MessageGroupId comes from (fair queues); see {@link MessageGroupSource}. */
-export const messageGroupSchema = z.union(
-  [
-    z.enum(['aggregateType', 'aggregateId']),
-    z.strictObject(
-      {
-        header: z.string(HEADER_HELP).min(1, HEADER_HELP).max(MAX_HEADER_NAME_LENGTH, HEADER_HELP),
-      },
-      { error: MESSAGE_GROUP_HELP },
-    ),
-  ],
-  { error: MESSAGE_GROUP_HELP },
-);
-
-export const sqsTargetSchema = z
-  .strictObject({
-    type: z.literal('sqs'),
-    queueUrl: z.url(),
-    /**
-     * Largest message (body and attributes) and call the queue accepts.
-     * Default 1 MiB, what SQS accepts; lower it for a queue whose
-     * MaximumMessageSize is lower, or an emulator that keeps 256 KiB.
-     */
-    maxMessageBytes: maxBytes(SQS_MAX_MESSAGE_BYTES),
-    /**
-     * Standard queues only: send a MessageGroupId taken from the event's
-     * aggregate type, aggregate id or a header, so the queue (a fair queue)
-     * keeps one tenant's backlog from delaying the others. Order is not
-     * kept: that is a FIFO queue's, which groups by aggregate.
-     */
-    messageGroup: messageGroupSchema.optional(),
-  })
-  .refine((t) => t.messageGroup === undefined || !t.queueUrl.endsWith('.fifo'), {
-    path: ['messageGroup'],
-    error:
-      'is for standard queues (fair queues); a FIFO queue (.fifo) already groups by aggregate to keep its order: remove messageGroup',
-  });
-
-export const eventBridgeTargetSchema = z.strictObject({
-  type: z.literal('eventbridge'),
-  busName: z.string().min(1).max(1600),
+export interface EventBridgeTargetConfig {
+  type: 'eventbridge';
+  busName: string;
   /** The event's `Source`; defaults to the relay's configured source. */
-  source: z.string().min(1).max(256).optional(),
+  source?: string | undefined;
   /** Largest entry, and entries per PutEvents call; default 1 MiB, what EventBridge accepts. */
-  maxMessageBytes: maxBytes(EVENTBRIDGE_MAX_ENTRY_BYTES),
-});
+  maxMessageBytes?: number | undefined;
+}
 
-export const targetSchema = z.discriminatedUnion('type', [sqsTargetSchema, eventBridgeTargetSchema]);
+export type TargetConfig = SqsTargetConfig | EventBridgeTargetConfig;
 
-export const routeSchema = z.strictObject({
+export interface RouteConfig {
   /** Event type pattern(s): `*` matches any run of characters, e.g. `order.*`. */
-  match: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]),
-  targets: z.array(targetSchema).min(1),
-});
-
-export const routesSchema = z
-  .array(routeSchema)
-  .min(1)
-  .superRefine((routes, ctx) => {
-    for (const message of targetConflicts(routes)) ctx.addIssue({ code: 'custom', message });
-  });
-
-export type TargetConfig = z.infer<typeof targetSchema>;
-export type RouteConfig = z.infer<typeof routeSchema>;
+  match: string | string[];
+  targets: TargetConfig[];
+}
 
 /**
  * Stable key of a target; recorded in `delivered_targets`. Targets that differ

@@ -19,7 +19,8 @@ import { NO_BUCKET_HINT, type PayloadStore, prepareWithPointers } from './claim-
 import { DirectCaller, type DirectCapableClient } from './direct-calls.js';
 import type { PayloadRef } from './envelope.js';
 import { SQS_MAX_MESSAGE_BYTES } from './limits.js';
-import { type MessageGroupSource, publishedPayloadBytes, sqsMessage } from './messages.js';
+import { publishedPayloadBytes, sqsMessage } from './messages.js';
+import type { MessageGroupSource } from './routes.js';
 import type { SendContext, TargetResult, Transport } from './types.js';
 
 /**

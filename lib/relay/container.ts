@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { z } from 'zod';
+import * as z from '../zod.js';
 import { type Env, readVar } from '../config/env.js';
 import { loadRelayConfig, type RelayConfig } from '../config/relay-config.js';
 import { databaseConfig } from '../db/connection-config.js';

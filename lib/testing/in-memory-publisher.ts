@@ -4,14 +4,9 @@ import type { OutboxEvent } from '../outbox/types.js';
 import { buildFailure } from '../publish/batching.js';
 import type { Envelope } from '../publish/envelope.js';
 import { eventBridgeMessage, sqsMessage } from '../publish/messages.js';
+import { routesSchema } from '../publish/route-schemas.js';
 import { AWS_PUBLISHER_DEFAULTS, RoutingPublisher } from '../publish/router.js';
-import {
-  type RouteConfig,
-  RouteTable,
-  routesSchema,
-  type TargetConfig,
-  targetKey,
-} from '../publish/routes.js';
+import { type RouteConfig, RouteTable, type TargetConfig, targetKey } from '../publish/routes.js';
 import type { PublishContext, Publisher, PublishOutcome, TargetResult, Transport } from '../publish/types.js';
 
 /**
