@@ -43,7 +43,7 @@ afterAll(async () => {
 
 /** A page logged in through the URL the console printed (token → cookie → redirect). */
 async function open(server: ConsoleServer): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, timezoneId: 'UTC' });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 760 }, timezoneId: 'UTC' });
   const page = await context.newPage();
   // Failed loads are seen as responses (an action's 403 is one the test asks for).
   page.on(

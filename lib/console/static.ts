@@ -13,6 +13,7 @@ const ASSETS = new URL('./assets/', import.meta.url);
 const FILES: Readonly<Record<string, { file: string; type: string; vendor?: string }>> = {
   '': { file: 'index.html', type: 'text/html; charset=utf-8' },
   'app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  'ui.js': { file: 'ui.js', type: 'text/javascript; charset=utf-8' },
   'app.css': { file: 'app.css', type: 'text/css; charset=utf-8' },
   'vendor/uPlot.iife.min.js': {
     file: 'vendor/uPlot.iife.min.js',
@@ -59,7 +60,7 @@ async function load(name: string): Promise<Buffer> {
 /**
  * The static response for a path under the console's base (`/` or
  * `/assets/<file>`), or undefined when the path is not one of its files.
- * Files are read once and kept (they are small: about 70 kB in all).
+ * Files are read once and kept (they are small: about 80 kB in all).
  */
 export async function staticFile(path: string): Promise<Response | undefined> {
   const name = path === '/' ? '' : path.startsWith('/assets/') ? path.slice('/assets/'.length) : undefined;
