@@ -201,20 +201,35 @@ describe('the read API', () => {
     expect(minutes.reduce((n, m) => n + m.deadLettered, 0)).toBe(2);
   });
 
-  it('counts the last day by quarter hour, extrapolating past the cap', async () => {
-    // 1,200 published in the last minute: over the 500 read per bucket.
-    await db.pool.query(`
-      INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, processed_at)
-      SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.created', '{}', now(), now() - g * interval '40 ms'
-      FROM generate_series(1, 1200) g`);
-    const day = await getJson(readOnly, '/api/throughput?window=day');
-    expect(day).toMatchObject({ window: 'day', bucketSeconds: 900, buckets: 96, cap: 500 });
-    expect(day.series).toHaveLength(96);
-    const total = day.series.reduce((n: number, b: { published: number }) => n + b.published, 0);
-    // An even pace: the estimate lands near the truth (the bucket boundary may split the minute).
-    expect(total).toBeGreaterThan(900);
-    expect(total).toBeLessThan(1600);
-    expect(day.series.some((b: { estimated: boolean }) => b.estimated)).toBe(true);
+  it('counts the last day by quarter hour: exact up to 500, extrapolated beyond', async () => {
+    const publish = (from: number, to: number) =>
+      db.pool.query(
+        `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, processed_at)
+         SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.created', '{}', now(), now() - g * interval '40 ms'
+         FROM generate_series($1::int, $2::int) g`,
+        [from, to],
+      );
+    const day = async () => {
+      const body = await getJson(readOnly, '/api/throughput?window=day');
+      const series = body.series as Array<{ published: number; estimated: boolean }>;
+      return {
+        body,
+        total: series.reduce((n, b) => n + b.published, 0),
+        estimated: series.some((b) => b.estimated),
+      };
+    };
+    // 400 in the last 16 s: both ends read overlap, so the count is exact.
+    await publish(1, 400);
+    const exact = await day();
+    expect(exact.body).toMatchObject({ window: 'day', bucketSeconds: 900, buckets: 96, cap: 500 });
+    expect(exact.body.series).toHaveLength(96);
+    expect(exact).toMatchObject({ total: 400, estimated: false });
+    // 1,200 at an even pace over 48 s: the 700 between the ends read are estimated.
+    await publish(401, 1200);
+    const estimated = await day();
+    expect(estimated.estimated).toBe(true);
+    expect(estimated.total).toBeGreaterThan(1100);
+    expect(estimated.total).toBeLessThan(1300);
     expect((await api(readOnly, '/api/throughput?window=week')).status).toBe(400);
   });
 
