@@ -130,6 +130,7 @@ describe('the console in a browser', () => {
     await page.click('#confirm-ok');
     await page.waitForSelector('.status.ok');
     expect(await page.locator('.status').textContent()).toBe('Done: 1 redriven by alice@ops.');
+    expect(await page.locator('main').textContent()).toContain('This group has no dead letters left.');
 
     // The route is fixed; the next relay run publishes the redriven event.
     const after = emulatorRelay(db.pool, aws, [

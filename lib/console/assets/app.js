@@ -26,6 +26,24 @@ let session;
 /** Bumped on every navigation: a slow answer for a page left behind is dropped. */
 let generation = 0;
 let refreshTimer;
+/** What the last action did, shown on the page it re-renders. */
+let flash;
+
+/** The page's status line; it carries the last action's outcome once. */
+function statusLine() {
+  const line = h('p', { class: `status ${flash ? 'ok' : ''}`, role: 'status' }, flash ?? '');
+  flash = undefined;
+  return line;
+}
+
+/** Runs an action from a page; once done, the page is drawn again with the outcome. */
+async function actThenReload(name, filter, what, status) {
+  const done = await act(name, filter, what, status);
+  if (done) {
+    flash = status.textContent;
+    await route();
+  }
+}
 
 // ---- pages ----------------------------------------------------------------
 
@@ -169,7 +187,7 @@ async function group(gen, id) {
   ]);
   if (gen !== generation) return;
   const g = groups.find((x) => x.id === id);
-  const status = h('p', { class: 'status', role: 'status' });
+  const status = statusLine();
   const boxes = [];
   const selected = () => boxes.filter((b) => b.checked).map((b) => b.value);
   const rows = list.rows.map((r) => {
@@ -187,9 +205,7 @@ async function group(gen, id) {
       h('td', { class: 'clip' }, r.lastError ?? ''),
     );
   });
-  const refresh = () => route();
-  const run = async (name, filter, what) =>
-    (await act(name, filter, what, status)) && setTimeout(refresh, 1500);
+  const run = (name, filter, what) => actThenReload(name, filter, what, status);
   const actions = session.allowActions
     ? h(
         'div',
@@ -279,7 +295,7 @@ function fields(pairs) {
 async function eventPage(gen, id) {
   const e = await api(`api/events/${id}`);
   if (gen !== generation) return;
-  const status = h('p', { class: 'status', role: 'status' });
+  const status = statusLine();
   const action =
     session.allowActions && e.state === 'dead-letter'
       ? h(
@@ -287,7 +303,7 @@ async function eventPage(gen, id) {
           {
             type: 'button',
             class: 'primary',
-            onclick: () => act('redrive', { ids: [e.id] }, 'dead letter', status).then((d) => d && route()),
+            onclick: () => actThenReload('redrive', { ids: [e.id] }, 'dead letter', status),
           },
           'Redrive',
         )
@@ -296,8 +312,7 @@ async function eventPage(gen, id) {
             'button',
             {
               type: 'button',
-              onclick: () =>
-                act('replay', { ids: [e.id] }, 'published event', status).then((d) => d && route()),
+              onclick: () => actThenReload('replay', { ids: [e.id] }, 'published event', status),
             },
             'Replay',
           )
@@ -384,7 +399,7 @@ function replayPage() {
     input('publishedBefore', 'Published before', 'datetime-local', { step: 1 }),
     input('limit', 'At most', 'number', { min: 1, value: 100 }),
   );
-  const status = h('p', { class: 'status', role: 'status' });
+  const status = statusLine();
   const filter = () => {
     const out = {};
     for (const el of form.querySelectorAll('input')) {
