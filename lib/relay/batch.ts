@@ -1,32 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { Queryable } from '../db/queryable.js';
-import type { OutboxLogger } from '../observer.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { OutboxEvent } from '../outbox/types.js';
-import type { Publisher, PublishOutcome } from '../publish/types.js';
+import type { PublishOutcome } from '../publish/types.js';
 import { type ClaimParams, type ClaimResult, claimBatch, markClaimedAlone } from '../sql/claim-batch.js';
 import { type Completion, completeBatch } from '../sql/complete-batch.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
 import { decide } from './decide.js';
-import type { ResolvedRelayOptions } from './options.js';
+import type { RelayContext } from './relay.js';
 import { type BatchReport, bump, emptyReport, eventFields } from './report.js';
-import type { WaitingSummary } from './waiting.js';
 
 /** Unordered mode: a claim from the start of the table at least this often (claims, ms). */
 const FULL_CLAIM_EVERY = 20;
 const FULL_CLAIM_INTERVAL_MS = 1_000;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export interface BatchDeps {
-  db: Queryable;
-  publisher: Publisher;
-  options: ResolvedRelayOptions;
-  logger: OutboxLogger;
-  waiting: WaitingSummary;
-  now: () => number;
-  random: () => number;
-}
 
 /**
  * The batch pipeline: claim under a lease (one short statement), publish
@@ -71,7 +57,12 @@ export class BatchPipeline {
   private claimTurn: Promise<void> = Promise.resolve();
   private isolation: Promise<void> | undefined;
 
-  constructor(private readonly deps: BatchDeps) {}
+  /** Per-aggregate ordering (`ordering: 'aggregate'`). */
+  private readonly ordered: boolean;
+
+  constructor(private readonly deps: RelayContext) {
+    this.ordered = deps.options.ordering === 'aggregate';
+  }
 
   /**
    * One claim-publish-complete cycle. The publish has a deadline: the lease's
@@ -84,9 +75,8 @@ export class BatchPipeline {
   async processBatch(budget: { budgetMs?: number; fromStart?: boolean } = {}): Promise<BatchReport> {
     const started = performance.now();
     const { options, now } = this.deps;
-    const ordered = options.ordering === 'aggregate';
     const full =
-      ordered ||
+      this.ordered ||
       budget.fromStart === true ||
       this.seqFloor === undefined ||
       !this.lastClaimFull ||
@@ -108,7 +98,7 @@ export class BatchPipeline {
       leaseMs: options.leaseMs,
       leaseId,
       maxAttempts: options.maxAttempts,
-      ordered,
+      ordered: this.ordered,
       deadLetterPolicy: options.deadLetterPolicy,
       perAggregate: options.maxPerAggregate,
       maxBytes: options.maxClaimBytes,
@@ -177,7 +167,7 @@ export class BatchPipeline {
     const report = emptyReport();
     const claimedAt = performance.now();
     this.lastClaimFull = claim.events.length + claim.exhausted.length >= options.batchSize;
-    if (options.ordering !== 'aggregate' && claim.minSeq !== undefined) {
+    if (!this.ordered && claim.minSeq !== undefined) {
       const lowest = BigInt(claim.minSeq);
       if (this.seqFloor === undefined || lowest > this.seqFloor) this.seqFloor = lowest;
     }
@@ -187,7 +177,7 @@ export class BatchPipeline {
       bump(report.deadLetteredByType, dead.eventType);
       logger.error(
         'event dead-lettered: its lease expired without an outcome on every attempt',
-        eventFields(dead, this.deps.options.logAggregateId),
+        eventFields(dead, options.logAggregateId),
       );
     }
     report.claimed = claim.events.length;
@@ -226,7 +216,7 @@ export class BatchPipeline {
       outcomes,
       {
         ...options,
-        ordered: options.ordering === 'aggregate',
+        ordered: this.ordered,
         now: this.deps.now(),
         random: this.deps.random,
       },
@@ -243,7 +233,7 @@ export class BatchPipeline {
       report.leaseLost++;
       const event = claim.events.find((e) => e.id === c.id);
       logger.warn('lease lost before the outcome was recorded; another relay owns the event now', {
-        ...eventFields({ ...event, id: c.id }, this.deps.options.logAggregateId),
+        ...eventFields({ ...event, id: c.id }, options.logAggregateId),
         outcome: c.status,
       });
     }
@@ -277,7 +267,7 @@ export class BatchPipeline {
       const result = await Promise.race([
         this.deps.publisher.publish(events, {
           signal: controller.signal,
-          ordered: this.deps.options.ordering === 'aggregate',
+          ordered: this.ordered,
         }),
         deadline,
       ]);

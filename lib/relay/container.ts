@@ -1,5 +1,4 @@
 import pg from 'pg';
-import * as z from '../zod.js';
 import { type Env, readVar } from '../config/env.js';
 import { loadRelayConfig, type RelayConfig } from '../config/relay-config.js';
 import { databaseConfig } from '../db/connection-config.js';
@@ -8,6 +7,7 @@ import type { OutboxLogger, OutboxMetrics } from '../observer.js';
 import { importOptional } from '../optional-dependency.js';
 import { logTargetChanges } from '../publish/circuit-breaker.js';
 import { type AwsPublisherOptions, createAwsPublisher } from '../publish/router.js';
+import * as z from '../zod.js';
 import { listenSignal, sleepSignal, type WorkSignal } from './notifier.js';
 import { Relay, type RelaySummary } from './relay.js';
 import { type RelayRunnerSummary, runRelay } from './runner.js';

@@ -1,9 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { guardPool } from '../db/connection-guard.js';
 import type { Queryable } from '../db/queryable.js';
 import { noMetrics, type OutboxLogger, type OutboxMetrics, silentLogger } from '../observer.js';
 import type { Publisher } from '../publish/types.js';
-import { relaySlotState, releaseRelaySlot } from '../sql/relay-slots.js';
 import { BatchPipeline } from './batch.js';
 import { sleepSignal, type WorkSignal } from './notifier.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
@@ -15,15 +13,13 @@ import {
   emptyReport,
   type RelaySummary,
   recordMetrics,
+  WaitingSummary,
 } from './report.js';
-import { drain, type LoopDeps } from './run-loop.js';
-import type { RunOptions } from './run-options.js';
+import { drain } from './run-loop.js';
 import { afterLook, exitStep, MIN_RUN_MS, wokenIdleTail } from './scale-policy.js';
-import { type HeldSlot, Scaler } from './scaler.js';
-import { WaitingSummary } from './waiting.js';
+import { Scaler } from './scaler.js';
 
 export type { BatchReport, RelaySummary } from './report.js';
-export type { RunOptions } from './run-options.js';
 
 export interface RelayDeps {
   /** Runs single statements; a `pg.Pool` (each claim and each outcome commits on its own). */
@@ -46,12 +42,61 @@ export interface RelayDeps {
   startRelays?: (count: number) => Promise<void>;
 }
 
+/** What the parts share: the deps with their defaults, and the target holds' summary. */
+export type RelayContext = Required<Omit<RelayDeps, 'options' | 'startRelays'>> &
+  Pick<RelayDeps, 'startRelays'> & { options: ResolvedRelayOptions; waiting: WaitingSummary };
+
+export interface RunOptions {
+  /** Milliseconds left in the invocation (Lambda's `context.getRemainingTimeInMillis`). */
+  remainingMs: () => number;
+  /** Return as soon as a claim finds nothing (benchmarks, tests, the CLI). */
+  stopWhenIdle?: boolean;
+  /**
+   * Return at once when the run's first claim finds nothing, without the idle
+   * tail; once it has found work, the tail applies as usual. For the
+   * schedule's safety-net runs of an elastic relay: an idle tick then costs
+   * one claim, while a woken run keeps its tail for the events that follow.
+   * Ignored without an idle tail (`idleTailMs: null`, always on).
+   */
+  leaveIfEmpty?: boolean;
+  /**
+   * This run's idle tail, instead of the relay's `idleTailMs`: a relay
+   * started for a backlog returns when it is idle, even an always-on one.
+   */
+  idleTailMs?: number;
+  /**
+   * With `maxRelays` and an idle tail: when a relay already holds a slot,
+   * return at once (`busy`) and leave the outbox to it. The last relay to
+   * let its slot go looks for events once it has (see scale-policy.ts,
+   * exitStep), so an event committed while a slot was held is taken by
+   * that relay or its successor. For runs started by a producer's wake or
+   * by the schedule; not for runs started for a backlog.
+   */
+  deferToRunning?: boolean;
+  /**
+   * A producer woke this run (`createRelayWaker`). With slots and an idle
+   * tail, its tail is what a new start costs (scale-policy.ts,
+   * wokenIdleTail), at most the relay's `idleTailMs`: producers wake the
+   * next run when more comes.
+   */
+  woken?: boolean;
+  /**
+   * What starting a run costs besides its database work, in ms of this
+   * run's time: Lambda's request price over this function's GB-s price
+   * (the handler computes it from its memory). Default 0.
+   */
+  startPriceMs?: number;
+  abortSignal?: AbortSignal;
+  /** Skip the closing outbox stats query. */
+  skipStats?: boolean;
+}
+
 /**
  * Drains the outbox. The parts: the batch pipeline (batch.ts: claim →
  * publish → decide → complete), the run loop (run-loop.ts: workers, time
  * budget, idle tail), the scale policy (scale-policy.ts: pure decisions)
- * and its shell (scaler.ts: relay slots, starting relays), the target
- * holds' summary (waiting.ts). This class wires them and runs the
+ * and its shell (scaler.ts: relay slots, starting relays), the report and
+ * the target holds' summary (report.ts). This class wires them and runs the
  * invocation: take a slot, drain, let the slot go, and look once more.
  *
  * @example
@@ -60,34 +105,26 @@ export interface RelayDeps {
  */
 export class Relay {
   readonly options: ResolvedRelayOptions;
-  private readonly logger: OutboxLogger;
+  private readonly ctx: RelayContext;
   private readonly pipeline: BatchPipeline;
-  private readonly loop: LoopDeps;
 
-  constructor(private readonly deps: RelayDeps) {
-    this.options = resolveRelayOptions(deps.options);
-    this.logger = deps.logger ?? silentLogger;
-    guardPool(deps.db, this.logger); // a dropped idle connection must not crash the process
+  constructor(deps: RelayDeps) {
+    const options = resolveRelayOptions(deps.options);
+    const logger = deps.logger ?? silentLogger;
+    guardPool(deps.db, logger); // a dropped idle connection must not crash the process
     const now = deps.now ?? Date.now;
-    const waiting = new WaitingSummary(this.logger, this.options.waitingSummaryMs, now);
-    this.pipeline = new BatchPipeline({
-      db: deps.db,
-      publisher: deps.publisher,
-      options: this.options,
-      logger: this.logger,
-      waiting,
+    this.options = options;
+    this.ctx = {
+      ...deps,
+      options,
+      logger,
       now,
-      random: deps.random ?? Math.random,
-    });
-    this.loop = {
-      db: deps.db,
-      pipeline: this.pipeline,
-      options: this.options,
-      logger: this.logger,
       metrics: deps.metrics ?? noMetrics,
       workSignal: deps.workSignal ?? sleepSignal,
-      waiting,
+      random: deps.random ?? Math.random,
+      waiting: new WaitingSummary(logger, options.waitingSummaryMs, now),
     };
+    this.pipeline = new BatchPipeline(this.ctx);
   }
 
   /** One claim-publish-complete cycle (see BatchPipeline.processBatch). */
@@ -103,68 +140,43 @@ export class Relay {
    * slot, scaling out and in as the scale policy decides.
    */
   async run(run: RunOptions): Promise<RelaySummary> {
-    const maxRelays = this.options.maxRelays;
-    if (maxRelays === null) return drain(this.loop, run);
+    const { maxRelays } = this.options;
+    if (maxRelays === null) return drain(this.ctx, this.pipeline, run);
     const runStartedAt = performance.now();
-    const configuredTail = run.idleTailMs ?? this.options.idleTailMs;
-    const elastic = configuredTail !== null;
-    const { db } = this.deps;
-    const options = this.options;
-    if (run.deferToRunning && elastic) {
-      const { running } = await relaySlotState(this.deps.db, { maxRelays, schema: this.options.schema });
-      if (running > 0) {
-        this.logger.info('a relay is running; this run leaves the outbox to it', { max_relays: maxRelays });
-        return busySummary();
-      }
-    }
-    const scaler = new Scaler({
-      db,
-      options: { ...options, maxRelays },
-      logger: this.logger,
-      startRelays: this.deps.startRelays,
-      lagMs: () => this.pipeline.lastLagMs,
-    });
-    const held: HeldSlot = { holder: randomUUID(), slot: -1 };
-    const slot = await scaler.takeSlot(held.holder, run.remainingMs);
-    if (slot === undefined) {
-      this.logger.info('every relay slot is held; this run leaves the outbox to them', {
-        max_relays: maxRelays,
-      });
+    const { logger } = this.ctx;
+    const configuredMs = run.idleTailMs ?? this.options.idleTailMs;
+    const elastic = configuredMs !== null;
+    const scaler = new Scaler(this.ctx, maxRelays, this.pipeline);
+    if (run.deferToRunning && elastic && (await scaler.slots()).running > 0) {
+      logger.info('a relay is running; this run leaves the outbox to it', { max_relays: maxRelays });
       return busySummary();
     }
-    held.slot = slot;
-    const tail =
-      run.woken && configuredTail !== null
+    if (!(await scaler.takeSlot(run.remainingMs))) {
+      logger.info('every relay slot is held; this run leaves the outbox to them', { max_relays: maxRelays });
+      return busySummary();
+    }
+    const wokenTailMs =
+      run.woken && configuredMs !== null
         ? wokenIdleTail({
-            configuredMs: configuredTail,
+            configuredMs,
             startPriceMs: run.startPriceMs ?? 0,
             startWorkMs: performance.now() - runStartedAt,
           })
-        : run.idleTailMs;
+        : undefined;
     let summary: RelaySummary;
     try {
-      summary = await drain(
-        this.loop,
-        { ...run, ...(tail === undefined ? {} : { idleTailMs: tail }) },
-        { scaler, held, retryTailMs: configuredTail },
-      );
+      summary = await drain(this.ctx, this.pipeline, run, { scaler, wokenTailMs });
     } finally {
-      await releaseRelaySlot(db, slot, held.holder, options.schema).catch((error) =>
-        // It frees itself when the run's budget ends.
-        this.logger.warn('could not release the relay slot', { slot, error: String(error) }),
-      );
+      await scaler.releaseSlot();
     }
-    const ended = { ...summary, slot, relaysStarted: scaler.relaysStarted };
     const step = exitStep({
       stoppedBecause: summary.stoppedBecause,
       elastic,
       lastClaimFull: this.pipeline.lastClaimFull,
     });
-    const before = scaler.relaysStarted;
-    if (step.successorForBacklog) await scaler.successorForBacklog();
-    const started = scaler.relaysStarted > before;
-    if (started || !step.look || !(await scaler.alone()))
-      return { ...ended, relaysStarted: scaler.relaysStarted };
+    const started = step.successorForBacklog && (await scaler.successorForBacklog());
+    const ended = { ...summary, slot: scaler.slot, relaysStarted: scaler.relaysStarted };
+    if (started || !step.look || !(await scaler.alone())) return ended;
     return this.lookAsLeaving(run, ended, scaler);
   }
 
@@ -175,12 +187,13 @@ export class Relay {
    * successor).
    */
   private async lookAsLeaving(run: RunOptions, ended: RelaySummary, scaler: Scaler): Promise<RelaySummary> {
+    const { logger, metrics } = this.ctx;
     const timeLeftMs = () => run.remainingMs() - this.options.safetyMarginMs;
     const canLook = ended.stoppedBecause !== 'time' && timeLeftMs() >= MIN_RUN_MS;
     // A failed look (the database out of reach) leaves what came to the next wake or tick.
     const look = canLook
       ? await this.pipeline.processBatch({ budgetMs: timeLeftMs(), fromStart: true }).catch((error) => {
-          this.logger.warn('could not look for events as this relay left', { error: String(error) });
+          logger.warn('could not look for events as this relay left', { error: String(error) });
           return undefined;
         })
       : undefined;
@@ -193,10 +206,10 @@ export class Relay {
     if (look && (look.claimed > 0 || look.deadLettered > 0)) {
       summary = { ...ended, batches: ended.batches + 1 };
       addCounts(summary, look);
-      recordMetrics(this.loop.metrics, { ...emptyReport(), ...look, batches: 1, stoppedBecause: 'idle' }, [
+      recordMetrics(metrics, { ...emptyReport(), ...look, batches: 1, stoppedBecause: 'idle' }, [
         look.durationMs,
       ]);
-      this.logger.info('events came as this relay left; it took them', {
+      logger.info('events came as this relay left; it took them', {
         slot: ended.slot,
         claimed: look.claimed,
       });

@@ -1,7 +1,7 @@
-import type { OutboxMetrics } from '../observer.js';
+import type { OutboxLogger, OutboxMetrics } from '../observer.js';
+import type { PublishOutcome } from '../publish/types.js';
 import type { OutboxStats } from '../sql/outbox-stats.js';
 
-/** What one claim-publish-complete cycle did. */
 /** An event's fields for a log line: `aggregate_id` only when `logAggregateId` asks for it. */
 export function eventFields(
   event: {
@@ -20,6 +20,7 @@ export function eventFields(
   };
 }
 
+/** What one claim-publish-complete cycle did. */
 export interface BatchReport {
   claimed: number;
   published: number;
@@ -40,9 +41,8 @@ export interface BatchReport {
   deadLetteredByType: Record<string, number>;
 }
 
-export interface RelaySummary extends Omit<BatchReport, 'durationMs'> {
+export interface RelaySummary extends BatchReport {
   batches: number;
-  durationMs: number;
   /**
    * `busy`: with `maxRelays`, every relay slot was held; the run claimed
    * nothing (or it lost its slot and left). `surplus`: with `maxRelays` and
@@ -130,5 +130,51 @@ export function recordMetrics(m: OutboxMetrics, summary: RelaySummary, durations
     m.record('OldestPendingAgeSeconds', 'Seconds', summary.stats.oldestPendingAgeSeconds);
     m.record('DeadLetters', 'Count', summary.stats.deadLetters);
     m.record('BlockedAggregates', 'Count', summary.stats.blockedAggregates);
+  }
+}
+
+/**
+ * The events retried because their target was unavailable, per target, told
+ * in one line per period instead of one per event: an outage would
+ * otherwise log every waiting event at every claim.
+ */
+export class WaitingSummary {
+  private waiting = new Map<string, { events: number; codes: Record<string, number>; lastError: string }>();
+  private since: number | undefined;
+
+  constructor(
+    private readonly logger: OutboxLogger,
+    private readonly periodMs: number,
+    private readonly now: () => number,
+  ) {}
+
+  note(outcome: PublishOutcome & { ok: false }): void {
+    this.since ??= this.now();
+    for (const target of outcome.waitingFor ?? ['(unknown target)']) {
+      const entry = this.waiting.get(target) ?? { events: 0, codes: {}, lastError: '' };
+      entry.events++;
+      bump(entry.codes, outcome.code ?? 'Error');
+      entry.lastError = outcome.error;
+      this.waiting.set(target, entry);
+    }
+  }
+
+  /** Writes the line once a period has passed since the first event noted, or now with `force` (a run's end). */
+  flush(force: boolean): void {
+    if (this.since === undefined) return;
+    const periodMs = this.now() - this.since;
+    if (!force && periodMs < this.periodMs) return;
+    const targets = Object.fromEntries(
+      [...this.waiting].map(([target, w]) => [
+        target,
+        { retries: w.events, codes: w.codes, last_error: w.lastError },
+      ]),
+    );
+    this.logger.warn('events wait for unavailable targets; retried without spending attempts', {
+      targets,
+      period_ms: periodMs,
+    });
+    this.waiting = new Map();
+    this.since = undefined;
   }
 }

@@ -1,44 +1,28 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { isConnectionLost, translateConnectionError } from '../db/connection-guard.js';
-import type { Queryable } from '../db/queryable.js';
 import { ConfigError } from '../errors.js';
-import type { OutboxLogger, OutboxMetrics } from '../observer.js';
 import { outboxStats } from '../sql/outbox-stats.js';
 import { retryDueWithin } from '../sql/relay-slots.js';
 import type { BatchPipeline } from './batch.js';
-import type { WorkSignal } from './notifier.js';
-import type { ResolvedRelayOptions } from './options.js';
+import type { RelayContext, RunOptions } from './relay.js';
 import { addCounts, type BatchReport, emptyReport, type RelaySummary, recordMetrics } from './report.js';
-import type { RunOptions } from './run-options.js';
 import { scaleInTrigger } from './scale-policy.js';
-import type { HeldSlot, Scaler } from './scaler.js';
-import type { WaitingSummary } from './waiting.js';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export interface LoopDeps {
-  db: Queryable;
-  pipeline: BatchPipeline;
-  options: ResolvedRelayOptions;
-  logger: OutboxLogger;
-  metrics: OutboxMetrics;
-  workSignal: WorkSignal;
-  waiting: WaitingSummary;
-}
+import type { Scaler } from './scaler.js';
 
 /**
- * The run loop: `workers` loops claim side by side until the invocation's
- * remaining time falls under the safety margin, the idle tail passes with
- * nothing found, the run is aborted, or (with a slot) the scale policy says
- * leave; then it stops claiming, finishes the batches in hand and returns a
- * summary. With a slot (`scaler`, `held`) it renews the slot and feeds the
- * scaler what its claims saw. Metrics are recorded once at the end.
+ * The run loop behind Relay.run: its workers claim until a reason to stop
+ * (time, the idle tail, abort, or with a slot the scale policy), then it
+ * finishes the batches in hand. With a slot (`scaler`) it renews the slot
+ * and feeds the scaler what its claims saw; `wokenTailMs` replaces the idle
+ * tail of a woken run. Metrics are recorded once at the end.
  */
 export async function drain(
-  deps: LoopDeps,
+  ctx: RelayContext,
+  pipeline: BatchPipeline,
   run: RunOptions,
-  slot?: { scaler: Scaler; held: HeldSlot; retryTailMs?: number | null | undefined },
+  slot?: { scaler: Scaler; wokenTailMs: number | undefined },
 ): Promise<RelaySummary> {
-  const { options, logger, pipeline } = deps;
+  const { options, logger } = ctx;
   const started = performance.now();
   const total = { ...emptyReport(), batches: 0 };
   const durations: number[] = [];
@@ -57,14 +41,15 @@ export async function drain(
   const reserveMs = Math.min(2_000, options.safetyMarginMs / 2);
   // The idle tail: when any worker last found work (or the run started).
   let lastWorkAt = performance.now();
-  const tailMs = run.idleTailMs ?? options.idleTailMs;
   // A woken run's tail is short (what a new start costs), but it stays for
   // a retry due within the relay's own tail, as any run does.
-  const retryTailMs = slot?.retryTailMs ?? tailMs;
+  const retryTailMs = run.idleTailMs ?? options.idleTailMs;
+  const tailMs = slot?.wokenTailMs ?? retryTailMs;
+  const scaler = slot?.scaler;
+  const scalesOut = scaler !== undefined && (options.maxRelays ?? 1) > 1;
   // Scale in (relays that return when idle, with slots): when a claim last
   // came back full, and when this run last asked whether it is surplus.
-  const scalesIn = slot !== undefined && tailMs !== null && (options.maxRelays ?? 1) > 1;
-  const scalesOut = slot !== undefined && (options.maxRelays ?? 1) > 1;
+  const scalesIn = scalesOut && tailMs !== null;
   let lastFullAt = performance.now();
   let lastAskedAt = Number.NEGATIVE_INFINITY;
   let asking = false;
@@ -82,7 +67,7 @@ export async function drain(
   // A retry due within `ms` keeps a run about to leave for lack of work (its
   // backoff is short), instead of leaving it to the schedule. A failed check lets it leave.
   const retryDue = (ms: number) =>
-    retryDueWithin(deps.db, ms, options.schema).catch((error) => {
+    retryDueWithin(ctx.db, ms, options.schema).catch((error) => {
       logger.warn('could not look for retries coming due', { error: String(error) });
       return false;
     });
@@ -93,20 +78,20 @@ export async function drain(
   // one that found every slot held: never more than maxRelays claim at once for long.
   let renewing = false;
   const heartbeat =
-    slot &&
+    scaler &&
     setInterval(() => {
       // Winding down (out of time): the slot's budget ends with the run.
       if (renewing || stop || timeLeft() <= 0) return;
       renewing = true;
-      void slot.scaler.stillHoldsSlot(slot.held).then((still) => {
+      void scaler.stillHoldsSlot().then((still) => {
         renewing = false;
         if (still || stop || timeLeft() <= 0) return;
-        if (!slot.scaler.slotClosed)
-          logger.warn('this relay no longer holds its slot; it stops claiming', { slot: slot.held.slot });
+        if (!scaler.slotClosed)
+          logger.warn('this relay no longer holds its slot; it stops claiming', { slot: scaler.slot });
         stoppedBecause = 'busy';
         stop = true;
       });
-    }, slot.scaler.renewEveryMs);
+    }, scaler.renewEveryMs);
   heartbeat?.unref?.();
 
   const loop = async (worker: number) => {
@@ -123,15 +108,15 @@ export async function drain(
 
   /** What the scale policy hears of each batch: starts a scale check, or leaves as surplus. */
   const observe = async (report: BatchReport) => {
-    if (!slot) return;
+    if (!scaler) return;
     const now = performance.now();
     const full = report.claimed >= options.batchSize;
     if (full) lastFullAt = now;
     if (scalesOut) {
-      slot.scaler.rates.note(now, report.published, full);
+      scaler.rates.note(now, report.published, full);
       // Not awaited: the workers go on claiming while it starts relays
       // (an Invoke that takes seconds stalls no claim). It never rejects.
-      if (full && !stop && slot.scaler.checkDue(now)) scaling = slot.scaler.check(slot.held);
+      if (full && !stop && scaler.checkDue(now)) scaling = scaler.check();
     }
     if (!scalesIn || asking || stop) return;
     const emptyAfterWork = report.claimed === 0 && report.deadLettered === 0 && total.batches > 0;
@@ -140,9 +125,9 @@ export async function drain(
     asking = true;
     lastAskedAt = now;
     try {
-      if (await slot.scaler.surplus(slot.held, trigger)) {
+      if (await scaler.surplus(trigger)) {
         logger.info('another relay drains the trickle; this one leaves', {
-          slot: slot.held.slot,
+          slot: scaler.slot,
           max_relays: options.maxRelays,
         });
         stoppedBecause = 'surplus';
@@ -184,7 +169,7 @@ export async function drain(
         throw translateConnectionError(error);
       }
       lostInARow = 0;
-      deps.waiting.flush(false);
+      ctx.waiting.flush(false);
       if (report.claimed > 0 || report.deadLettered > 0) {
         total.batches++;
         durations.push(report.durationMs);
@@ -222,7 +207,7 @@ export async function drain(
         const tailLeft = tailMs === null ? Infinity : Math.max(1, tailMs - (performance.now() - lastWorkAt));
         const wait = Math.min(idleWait, timeLeft(), tailLeft);
         idleWait = Math.min(idleWait * 2, options.idleWaitMs);
-        if (wait > 0) await deps.workSignal.wait(wait);
+        if (wait > 0) await ctx.workSignal.wait(wait);
       } else {
         idleWait = minIdleWait;
       }
@@ -245,18 +230,18 @@ export async function drain(
     clearTimeout(timer);
   }
   if (heartbeat) clearInterval(heartbeat);
-  deps.waiting.flush(true);
+  ctx.waiting.flush(true);
   const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   const summary: RelaySummary = { ...total, durationMs: performance.now() - started, stoppedBecause };
   if (!run.skipStats && !failure && run.remainingMs() > reserveMs) {
     try {
-      summary.stats = await outboxStats(deps.db, { schema: options.schema });
+      summary.stats = await outboxStats(ctx.db, { schema: options.schema });
     } catch (error) {
       // The work is done and recorded; only the closing figures are missing.
       logger.warn('could not read the outbox stats', { error: String(error) });
     }
   }
-  recordMetrics(deps.metrics, summary, durations);
+  recordMetrics(ctx.metrics, summary, durations);
   if (failure) throw failure.reason;
   return summary;
 }

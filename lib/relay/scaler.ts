@@ -1,15 +1,17 @@
-import type { Queryable } from '../db/queryable.js';
-import type { OutboxLogger } from '../observer.js';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   acquireRelaySlot,
   parkRelaySlots,
   readyBacklog,
   relayIsSurplus,
   relaySlotState,
+  releaseRelaySlot,
   renewRelaySlot,
 } from '../sql/relay-slots.js';
-import type { ResolvedRelayOptions } from './options.js';
+import type { BatchPipeline } from './batch.js';
 import { RateWindow } from './rate-window.js';
+import type { RelayContext } from './relay.js';
 import {
   backlogCalls,
   isSurplus,
@@ -28,31 +30,17 @@ const SLOT_HANDOVER_WAIT_MS = 15_000;
 /** ...looking for a free slot this often meanwhile. */
 const SLOT_HANDOVER_POLL_MS = 250;
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export interface ScalerDeps {
-  db: Queryable;
-  options: ResolvedRelayOptions & { maxRelays: number };
-  logger: OutboxLogger;
-  /** Starts `count` more relay runs without waiting for them (see RelayDeps.startRelays). */
-  startRelays?: ((count: number) => Promise<void>) | undefined;
-  /** The lag of this relay's last claim that found events (ms). */
-  lagMs: () => number;
-}
-
-export interface HeldSlot {
-  slot: number;
-  holder: string;
-}
-
 /**
- * The I/O of one run's relay slot and scaling: takes and renews the slot,
- * gathers what the scale policy (scale-policy.ts) decides from — slots,
- * backlog, this run's rate — and carries out its decisions: start relays,
- * close slots, leave.
+ * The I/O of one run's relay slot and scaling: takes, renews and releases
+ * the slot, gathers what the scale policy (scale-policy.ts) decides from —
+ * slots, backlog, this run's rate — and carries out its decisions: start
+ * relays, close slots, leave.
  */
 export class Scaler {
   readonly rates = new RateWindow(performance.now());
+  /** This run's slot (-1 until taken) and its holder id. */
+  slot = -1;
+  private readonly holder = randomUUID();
   /** Relay runs this run started. */
   relaysStarted = 0;
   /** This run's slot was closed by the relay that scales (measured scale out). */
@@ -60,51 +48,68 @@ export class Scaler {
   private probe: Probe | undefined;
   private nextCheckAt = Number.NEGATIVE_INFINITY;
   private scaling = false;
-  private readonly maxRelays: number;
 
-  constructor(private readonly deps: ScalerDeps) {
-    this.maxRelays = deps.options.maxRelays;
-  }
+  constructor(
+    private readonly ctx: RelayContext,
+    private readonly maxRelays: number,
+    /** Its last claim's lag (ms) is what the scale policy calls lag. */
+    private readonly pipeline: BatchPipeline,
+  ) {}
 
   private get schema() {
-    return this.deps.options.schema;
+    return this.ctx.options.schema;
+  }
+
+  /** The relay slots now (relaySlotState). */
+  slots() {
+    return relaySlotState(this.ctx.db, { maxRelays: this.maxRelays, schema: this.schema });
   }
 
   /**
-   * A free slot, or undefined when all are held. When the first held slot
+   * Takes a free slot; false when all are held. When the first held slot
    * frees up soon (a run near its end: the schedule's next run of an
    * always-on relay overlaps the last one by a few seconds), waits for it.
    */
-  async takeSlot(holder: string, remainingMs: () => number): Promise<number | undefined> {
-    const { db, options } = this.deps;
+  async takeSlot(remainingMs: () => number): Promise<boolean> {
+    const { db, options } = this.ctx;
     let deadline: number | undefined;
     for (;;) {
       // Held for the invocation's budget: a relay that dies frees it when its invocation would have ended.
       const holdMs = Math.min(Math.max(remainingMs(), 1_000), 86_400_000);
       const slot = await acquireRelaySlot(db, {
-        holder,
+        holder: this.holder,
         maxRelays: this.maxRelays,
         holdMs,
         aliveMs: options.slotAliveMs,
         schema: this.schema,
       });
-      if (slot !== undefined) return slot;
+      if (slot !== undefined) {
+        this.slot = slot;
+        return true;
+      }
       const now = performance.now();
       if (deadline === undefined) {
-        const { nextFreeMs } = await relaySlotState(db, { maxRelays: this.maxRelays, schema: this.schema });
+        const { nextFreeMs } = await this.slots();
         const timeLeft = remainingMs() - options.safetyMarginMs;
-        if (nextFreeMs > Math.min(SLOT_HANDOVER_WAIT_MS, timeLeft / 2)) return undefined;
+        if (nextFreeMs > Math.min(SLOT_HANDOVER_WAIT_MS, timeLeft / 2)) return false;
         deadline = now + nextFreeMs + 50;
-      } else if (now >= deadline) return undefined;
+      } else if (now >= deadline) return false;
       // A run releases its slot when it returns, seconds before its hold
       // (its whole budget) runs out: look again soon, not at the hold's end.
       await sleep(Math.min(SLOT_HANDOVER_POLL_MS, Math.max(0, deadline - now)));
     }
   }
 
+  async releaseSlot(): Promise<void> {
+    await releaseRelaySlot(this.ctx.db, this.slot, this.holder, this.schema).catch((error) =>
+      // It frees itself when the run's budget ends.
+      this.ctx.logger.warn('could not release the relay slot', { slot: this.slot, error: String(error) }),
+    );
+  }
+
   /** How often the heartbeat renews the slot: every quarter of slotAliveMs, every half second at most. */
   get renewEveryMs(): number {
-    return Math.max(1, Math.min(RENEW_MAX_MS, Math.floor(this.deps.options.slotAliveMs / 4)));
+    return Math.max(1, Math.min(RENEW_MAX_MS, Math.floor(this.ctx.options.slotAliveMs / 4)));
   }
 
   /**
@@ -112,24 +117,26 @@ export class Scaler {
    * renewal that came late), or the relay that scales closed it. A failed
    * renewal says yes (it is tried again).
    */
-  async stillHoldsSlot(held: HeldSlot): Promise<boolean> {
-    const { db, options, logger } = this.deps;
+  async stillHoldsSlot(): Promise<boolean> {
+    const { db, options, logger } = this.ctx;
+    const { slot, holder } = this;
     try {
       const { renewed, closed } = await renewRelaySlot(db, {
-        ...held,
+        slot,
+        holder,
         aliveMs: options.slotAliveMs,
         schema: this.schema,
       });
       if (renewed) return true;
       if (closed) {
         logger.info('more relays did not raise the rate: this relay’s slot is closed; it stops claiming', {
-          slot: held.slot,
+          slot,
         });
         this.slotClosed = true;
       }
       return false;
     } catch (error) {
-      logger.warn('could not renew the relay slot', { slot: held.slot, error: String(error) });
+      logger.warn('could not renew the relay slot', { slot, error: String(error) });
       return true;
     }
   }
@@ -137,13 +144,9 @@ export class Scaler {
   /** No relay holds a slot. A failed check says yes: the caller then looks for events, which is cheap. */
   async alone(): Promise<boolean> {
     try {
-      const { running } = await relaySlotState(this.deps.db, {
-        maxRelays: this.maxRelays,
-        schema: this.schema,
-      });
-      return running === 0;
+      return (await this.slots()).running === 0;
     } catch (error) {
-      this.deps.logger.warn('could not look at the other relays', { error: String(error) });
+      this.ctx.logger.warn('could not look at the other relays', { error: String(error) });
       return true;
     }
   }
@@ -151,30 +154,27 @@ export class Scaler {
   /** Ready events wait (in ordered mode, perhaps behind a blocked aggregate). A failed check says no. */
   async readyEvents(): Promise<boolean> {
     try {
-      const { ready } = await readyBacklog(this.deps.db, { upTo: 1, schema: this.schema });
+      const { ready } = await readyBacklog(this.ctx.db, { upTo: 1, schema: this.schema });
       return ready > 0;
     } catch (error) {
-      this.deps.logger.warn('could not look for events left behind', { error: String(error) });
+      this.ctx.logger.warn('could not look for events left behind', { error: String(error) });
       return false;
     }
   }
 
   /** The ready events (counted up to `scaleOutBacklog`), the claims' lag, and whether they call for relays. */
   private async backlog(): Promise<{ ready: number; lagMs: number; calls: boolean }> {
-    const { options } = this.deps;
-    const { ready } = await readyBacklog(this.deps.db, {
-      upTo: options.scaleOutBacklog,
-      schema: this.schema,
-    });
-    const lagMs = this.deps.lagMs();
+    const { options } = this.ctx;
+    const { ready } = await readyBacklog(this.ctx.db, { upTo: options.scaleOutBacklog, schema: this.schema });
+    const lagMs = this.pipeline.lastLagMs;
     return { ready, lagMs, calls: backlogCalls({ ready, lagMs }, options) };
   }
 
   /** Starts relays, counting them; the log line says why and what was seen. */
   private async start(count: number, fields: Record<string, unknown>): Promise<void> {
-    await this.deps.startRelays?.(count);
+    await this.ctx.startRelays?.(count);
     this.relaysStarted += count;
-    this.deps.logger.info('backlog: started more relays', {
+    this.ctx.logger.info('backlog: started more relays', {
       ...fields,
       started: count,
       max_relays: this.maxRelays,
@@ -183,118 +183,125 @@ export class Scaler {
 
   /** Starts one relay run to take over (its own invocation). */
   async startSuccessor(why: string): Promise<void> {
-    if (!this.deps.startRelays) return;
+    if (!this.ctx.startRelays) return;
     try {
-      await this.deps.startRelays(1);
+      await this.ctx.startRelays(1);
       this.relaysStarted++;
-      this.deps.logger.info('events came as this relay left; it started a successor', { why });
+      this.ctx.logger.info('events came as this relay left; it started a successor', { why });
     } catch (error) {
-      this.deps.logger.warn('could not start a successor; the schedule will publish the events', {
+      this.ctx.logger.warn('could not start a successor; the schedule will publish the events', {
         error: String(error),
       });
     }
   }
 
   /**
-   * A run out of time while claims came back full starts a successor when a
-   * backlog calls and a slot is free (its own, released: not when the slot
-   * was closed). A failed check only costs the successor; the schedule
-   * starts one.
+   * Runs `body` unless relays cannot be started or another scale check is
+   * under way. A failure only costs the scale-out: it is logged (after
+   * `onError`), never thrown.
    */
-  async successorForBacklog(): Promise<void> {
-    if (!this.deps.startRelays || this.scaling) return;
+  private async scale<T>(body: () => Promise<T>, onError = () => {}): Promise<T | false> {
+    if (!this.ctx.startRelays || this.scaling) return false;
     this.scaling = true;
     try {
+      return await body();
+    } catch (error) {
+      onError();
+      this.ctx.logger.warn('could not start more relays for the backlog', { error: String(error) });
+      return false;
+    } finally {
+      this.scaling = false;
+    }
+  }
+
+  /**
+   * A run out of time while claims came back full starts a successor when a
+   * backlog calls and a slot is free (its own, released: not when the slot
+   * was closed). Whether it started one; a failed check only costs the
+   * successor: the schedule starts one.
+   */
+  async successorForBacklog(): Promise<boolean> {
+    const started = await this.scale(async () => {
       const backlog = await this.backlog();
-      if (!backlog.calls) return;
-      const { held } = await relaySlotState(this.deps.db, { maxRelays: this.maxRelays, schema: this.schema });
-      if (this.maxRelays - held <= 0) return;
+      if (!backlog.calls || (await this.slots()).held >= this.maxRelays) return false;
       await this.start(1, {
         why: 'the run ended with a backlog',
         ready_at_least: backlog.ready,
         lag_ms: Math.round(backlog.lagMs),
       });
-    } catch (error) {
-      this.deps.logger.warn('could not start more relays for the backlog', { error: String(error) });
-    } finally {
-      this.scaling = false;
-    }
+      return true;
+    });
+    return started === true;
   }
 
   /** Whether a scale check is due after a full claim (and none is under way). */
   checkDue(now: number): boolean {
-    return this.deps.startRelays !== undefined && !this.scaling && now >= this.nextCheckAt;
+    return this.ctx.startRelays !== undefined && !this.scaling && now >= this.nextCheckAt;
   }
 
   /**
-   * Measured scale out, checked while claims come back full (the policy:
-   * relaysToStart, measureStep). The relay in the lowest slot held
-   * measures its own rate over a window of full claims; with a backlog it
-   * starts as many relays as run, and measures again once they run. When
-   * two measures in a row find the fleet's rate did not rise (the relays
-   * wait on something they share: the database, a target's limit, the
-   * network), it closes every slot but those of the relays that ran
-   * before, for `scaleOutParkMs`. A failed check only costs the scale-out.
-   * Never rejects.
+   * Measured scale out, checked while claims come back full: the relay in
+   * the lowest slot measures its rate over a window of full claims, starts
+   * relays (relaysToStart) and judges what they did (measureStep); relays
+   * that did not raise the rate have their slots closed for
+   * `scaleOutParkMs`. Never rejects.
    */
-  async check(held: HeldSlot): Promise<void> {
-    if (!this.deps.startRelays || this.scaling) return;
-    this.scaling = true;
+  async check(): Promise<void> {
     const now = performance.now();
-    this.nextCheckAt = now + SCALE_CHECK_MS;
-    try {
-      if (this.probe) return await this.judge(held, now);
-      const windowStart = this.rates.fullWindowStart(now);
-      if (windowStart === undefined) {
-        this.nextCheckAt = Math.max(now + PROBE_CHECK_MS, this.rates.lastShortAt + 1_000);
-        return;
-      }
-      const slots = await relaySlotState(this.deps.db, { maxRelays: this.maxRelays, schema: this.schema });
-      if (slots.lowest !== held.slot || slots.held >= this.maxRelays) return;
-      const backlog = await this.backlog();
-      const ratePerSecond = this.rates.rateSince(windowStart, performance.now());
-      const add = relaysToStart({
-        mySlot: held.slot,
-        maxRelays: this.maxRelays,
-        slots,
-        backlogCalls: backlog.calls,
-        ratePerSecond,
-      });
-      if (add === 0) return;
-      await this.start(add, {
-        why: 'a backlog while draining',
-        running: slots.running,
-        ready_at_least: backlog.ready,
-        lag_ms: Math.round(backlog.lagMs),
-        events_per_second: Math.round(ratePerSecond),
-      });
-      this.probe = {
-        startedAt: performance.now(),
-        running: slots.running,
-        added: add,
-        rateBefore: ratePerSecond,
-      };
-      this.nextCheckAt = performance.now() + PROBE_CHECK_MS;
-    } catch (error) {
-      // Some may have started: not measured, so no more for a while.
-      this.probe = undefined;
-      this.nextCheckAt = performance.now() + PROBE_JOIN_MS;
-      this.deps.logger.warn('could not start more relays for the backlog', { error: String(error) });
-    } finally {
-      this.scaling = false;
-    }
+    await this.scale(
+      async () => {
+        this.nextCheckAt = now + SCALE_CHECK_MS;
+        if (this.probe) return await this.judge(now);
+        const windowStart = this.rates.fullWindowStart(now);
+        if (windowStart === undefined) {
+          this.nextCheckAt = Math.max(now + PROBE_CHECK_MS, this.rates.lastShortAt + 1_000);
+          return;
+        }
+        const slots = await this.slots();
+        if (slots.lowest !== this.slot || slots.held >= this.maxRelays) return;
+        const backlog = await this.backlog();
+        const ratePerSecond = this.rates.rateSince(windowStart, performance.now());
+        const add = relaysToStart({
+          mySlot: this.slot,
+          maxRelays: this.maxRelays,
+          slots,
+          backlogCalls: backlog.calls,
+          ratePerSecond,
+        });
+        if (add === 0) return;
+        await this.start(add, {
+          why: 'a backlog while draining',
+          running: slots.running,
+          ready_at_least: backlog.ready,
+          lag_ms: Math.round(backlog.lagMs),
+          events_per_second: Math.round(ratePerSecond),
+        });
+        this.probe = {
+          startedAt: performance.now(),
+          running: slots.running,
+          added: add,
+          rateBefore: ratePerSecond,
+        };
+        this.nextCheckAt = performance.now() + PROBE_CHECK_MS;
+      },
+      () => {
+        // Some may have started: not measured, so no more for a while.
+        this.probe = undefined;
+        this.nextCheckAt = performance.now() + PROBE_JOIN_MS;
+      },
+    );
   }
 
-  private async judge(held: HeldSlot, now: number): Promise<void> {
+  private async judge(now: number): Promise<void> {
     const probe = this.probe as Probe;
-    const { logger } = this.deps;
-    const state = await relaySlotState(this.deps.db, { maxRelays: this.maxRelays, schema: this.schema });
+    const { logger, options } = this.ctx;
+    const state = await this.slots();
     const from = probe.measureFrom ?? now;
     const step = measureStep({
       probe,
       now,
       running: state.running,
-      lowestIsMine: state.lowest === held.slot,
+      lowestIsMine: state.lowest === this.slot,
       batchesSince: this.rates.batchesSince(from),
       lastShortAt: this.rates.lastShortAt,
       rateAfter: this.rates.rateSince(from, performance.now()),
@@ -313,7 +320,7 @@ export class Scaler {
     if ('nextCheckAt' in step) this.nextCheckAt = step.nextCheckAt;
     switch (step.kind) {
       case 'handed-over':
-        return logger.info('a relay in a lower slot scales now; not measured', { slot: held.slot });
+        return logger.info('a relay in a lower slot scales now; not measured', { slot: this.slot });
       case 'not-joined':
         return logger.warn('relays started for the backlog did not take their slots; not measured', {
           started: probe.added,
@@ -328,18 +335,19 @@ export class Scaler {
       case 'again':
         return logger.info('one measure found the rate not raised; measuring again', fields);
       case 'park': {
-        const closed = await parkRelaySlots(this.deps.db, {
-          ...held,
+        const closed = await parkRelaySlots(this.ctx.db, {
+          slot: this.slot,
+          holder: this.holder,
           keep: step.keep,
           maxRelays: this.maxRelays,
-          parkMs: this.deps.options.scaleOutParkMs,
+          parkMs: options.scaleOutParkMs,
           schema: this.schema,
         });
         return logger.info('more relays did not raise the rate: the newest leave; their slots stay closed', {
           ...fields,
           events_per_second_first_measure: Math.round(probe.firstAfter ?? 0),
           closed_slots: closed,
-          closed_ms: this.deps.options.scaleOutParkMs,
+          closed_ms: options.scaleOutParkMs,
         });
       }
     }
@@ -349,14 +357,18 @@ export class Scaler {
    * Scale in (scale-policy.ts, isSurplus): whether another relay holding its
    * slot for longer takes this run's work. A failed check keeps the run.
    */
-  async surplus(held: HeldSlot, trigger: 'short' | 'empty'): Promise<boolean> {
+  async surplus(trigger: 'short' | 'empty'): Promise<boolean> {
     try {
-      const anotherOutlivesMe = await relayIsSurplus(this.deps.db, { ...held, schema: this.schema });
+      const anotherOutlivesMe = await relayIsSurplus(this.ctx.db, {
+        slot: this.slot,
+        holder: this.holder,
+        schema: this.schema,
+      });
       if (!anotherOutlivesMe) return false;
       const calls = trigger === 'empty' ? (await this.backlog()).calls : false;
       return isSurplus({ trigger, anotherOutlivesMe, backlogCalls: calls });
     } catch (error) {
-      this.deps.logger.warn('could not look at the other relays', { error: String(error) });
+      this.ctx.logger.warn('could not look at the other relays', { error: String(error) });
       return false;
     }
   }
