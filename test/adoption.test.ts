@@ -13,7 +13,7 @@
 // where it looked and the fix. Then the package's command, `npx
 // pg-lambda-outbox`, reads the same outbox. Nothing of the service's own
 // tables may change but its own writes.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -365,6 +365,10 @@ describe('adopting the packed library in an existing service', () => {
       'dist/adapters/kysely.js',
       'dist/contracts/index.d.ts',
       'dist/cli/main.js',
+      'dist/zod.js',
+      'dist/console/assets/index.html',
+      'dist/console/assets/vendor/uPlot.iife.min.js',
+      'dist/console/assets/vendor/uPlot.LICENSE',
       'migrations/1764460800000_outbox-events.sql',
       'LICENSE',
       'README.md',
@@ -539,6 +543,37 @@ describe('adopting the packed library in an existing service', () => {
     expect(refused.stdout).toBe('');
     expect(refused.stderr).toMatch(/outbox_events[\s\S]*--schema/);
   });
+
+  it('pg-lambda-outbox console serves its pages and uPlot from the package', async () => {
+    // The installed bin itself (npx would stand between the signal and it).
+    const bin = path.join(project, 'node_modules/.bin/pg-lambda-outbox');
+    const child = spawn(bin, ['--schema', 'outbox', 'console', '--port', '0'], {
+      cwd: project,
+      env: serviceEnv(),
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    let stdout = '';
+    child.stdout.on('data', (d) => {
+      stdout += String(d);
+    });
+    try {
+      const deadline = Date.now() + 30_000;
+      const printed = /http:\/\/127\.0\.0\.1:\d+\/\?token=\S+/;
+      while (!printed.test(stdout) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      const url = new URL(printed.exec(stdout)?.[0] ?? 'http://invalid/');
+      const get = (p: string) =>
+        fetch(new URL(p, url), { headers: { authorization: `Bearer ${url.searchParams.get('token')}` } });
+      const page = await get('/');
+      expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(await page.text()).toContain('app.js');
+      for (const asset of ['/assets/app.js', '/assets/vendor/uPlot.iife.min.js', '/api/overview']) {
+        expect((await get(asset)).status, asset).toBe(200);
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+  }, 60_000);
 
   it('a refused migrate left no history table in public', async () => {
     const { rows } = await db.pool.query("SELECT to_regclass('public.outbox_migrations') AS t");
