@@ -1,4 +1,7 @@
+import type { SlotState } from '../sql/relay-slots.js';
+import type { ResolvedRelayOptions } from './options.js';
 import { PROBE_MIN_BATCHES, PROBE_WINDOW_MS } from './rate-window.js';
+import type { RelaySummary } from './report.js';
 
 // The scale policy: what a relay run does about other relays, decided from
 // what it observed, with no I/O (the shape of Kubernetes' replica
@@ -23,30 +26,17 @@ export const MIN_WOKEN_TAIL_MS = 20;
 /** The least time left for a leaving run to take events that came as it left, instead of a successor. */
 export const MIN_RUN_MS = 5_000;
 
-export interface BacklogThresholds {
-  /** Ready events at which more relays are called for. */
-  scaleOutBacklog: number;
-  /** Lag (age of the oldest event the last claim took) at which more relays are called for. */
-  scaleOutAgeMs: number;
-}
-
 /**
  * A backlog that calls for more relays: ready events up to the threshold,
  * or the claims running this far behind. The lag is what the claims took,
  * so events nobody may claim (behind a dead letter or a held head) never
  * make it call, however old they are.
  */
-export function backlogCalls(b: { ready: number; lagMs: number }, t: BacklogThresholds): boolean {
+export function backlogCalls(
+  b: { ready: number; lagMs: number },
+  t: Pick<ResolvedRelayOptions, 'scaleOutBacklog' | 'scaleOutAgeMs'>,
+): boolean {
   return b.ready >= t.scaleOutBacklog || b.lagMs >= t.scaleOutAgeMs;
-}
-
-export interface SlotState {
-  /** Slots held, closed ones included. */
-  held: number;
-  /** Slots held by running relays. */
-  running: number;
-  /** The lowest slot a running relay holds (null: none). */
-  lowest: number | null;
 }
 
 /**
@@ -58,7 +48,7 @@ export interface SlotState {
 export function relaysToStart(o: {
   mySlot: number;
   maxRelays: number;
-  slots: SlotState;
+  slots: Omit<SlotState, 'nextFreeMs'>;
   backlogCalls: boolean;
   ratePerSecond: number;
 }): number {
@@ -191,7 +181,7 @@ export function isSurplus(o: {
  * scheduled run overlaps).
  */
 export function exitStep(o: {
-  stoppedBecause: 'time' | 'idle' | 'aborted' | 'busy' | 'surplus';
+  stoppedBecause: RelaySummary['stoppedBecause'];
   elastic: boolean;
   lastClaimFull: boolean;
 }): { successorForBacklog: boolean; look: boolean } {

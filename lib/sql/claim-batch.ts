@@ -1,7 +1,7 @@
 import { type Queryable, queryPrepared } from '../db/queryable.js';
 import { type OutboxTables, perSchema } from '../db/schema.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { BYTES, orderedParking, orderedPicked, SMALL_LEASE } from './claim-ordered.js';
+import { orderedParking, orderedPicked, SIZE_AND_LEASE } from './claim-ordered.js';
 
 export interface ClaimParams {
   /** Most rows to claim. */
@@ -14,27 +14,15 @@ export interface ClaimParams {
   maxAttempts: number;
   /** Per-aggregate ordering: claim an aggregate only from its earliest unfinished event (its head). */
   ordered: boolean;
-  /**
-   * Ordered mode only: `block` (the default) treats a dead letter as its
-   * aggregate's unfinished head, so nothing after it is claimed until an
-   * operator redrives or discards it; `skip` lets the aggregate's later
-   * events pass it.
-   */
+  /** Ordered mode only: `RelayOptions.deadLetterPolicy`. Default `block`. */
   deadLetterPolicy?: 'block' | 'skip';
-  /**
-   * Ordered mode only: most events of one aggregate per claim, its head and
-   * the unfinished events right behind it (a run), in seq order. Default 1
-   * (the head alone).
-   */
+  /** Ordered mode only: most events of one aggregate per claim (`RelayOptions.maxPerAggregate`). Default 1. */
   perAggregate?: number;
   /**
-   * Unordered mode only: look at rows from this seq up. A relay passes the
-   * lowest seq its last claim took, so the index scan starts there instead
-   * of stepping over every entry of rows published since the oldest open
-   * snapshot (a long transaction elsewhere keeps those entries alive; see
-   * "Long transactions and the outbox" in docs/operations.md). Rows below it
-   * (a transaction that committed late, a retry whose wait ended, an expired
-   * lease) are found by the next claim without it.
+   * Unordered mode only: look at rows from this seq up (the relay's seq
+   * floor, BatchPipeline.seqFloor): the index scan starts there instead of
+   * stepping over every entry of rows published since the oldest open
+   * snapshot ("Long transactions and the outbox" in docs/operations.md).
    */
   fromSeq?: string;
   /**
@@ -111,8 +99,7 @@ export interface ClaimResult {
 //   claim-ordered.ts says how it finds heads cheaply whatever the table holds.
 const unorderedPicked = (t: OutboxTables, fromSeq: boolean) => `
 WITH picked AS (
-  SELECT e.id, e.seq, e.locked_by IS NOT NULL AS orphan, e.claimed_alone OR e.claimed_with <= ${SMALL_LEASE} AS small,
-         e.claimed_with AS lost_size, true AS head, e.seq AS ord, ${BYTES('e')} AS bytes
+  SELECT e.id, e.seq, true AS head, e.seq AS ord, ${SIZE_AND_LEASE('e')}
   FROM ${t.events} e
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
@@ -190,8 +177,9 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
           e.replay_id, e.replayed_at, e.failing_since, EXISTS (SELECT 1 FROM suspect) AS suspect`;
 }
 
-// $5 is the ordered claim's perAggregate or the unordered claim's fromSeq;
-// the budget and othersInFlight come after it.
+// $1 limit, $2 lease ms, $3 lease id, $4 max attempts, $5 the ordered
+// claim's perAggregate or the unordered claim's fromSeq; then the byte budget
+// and othersInFlight.
 const claimStatements = perSchema((t) => ({
   unordered: claimSql(t, unorderedPicked(t, false), '$5', '$6'),
   unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6', '$7'),

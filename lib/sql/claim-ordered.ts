@@ -1,10 +1,5 @@
 import type { OutboxTables } from '../db/schema.js';
 
-/**
- * Parameters of the ordered statement: $1 limit, $2 lease ms, $3 lease id,
- * $4 max attempts, $5 perAggregate (then the byte budget and othersInFlight).
- */
-
 /** Most aggregates the skip scan probes, as a multiple of the limit. */
 const SWEEP = 4;
 
@@ -93,10 +88,9 @@ const DEAD_LETTER_PARK = `interval '1 minute'`;
 //   candidates: whole runs of the oldest heads.
 // - `locked` locks the candidates where our snapshot read them (a TID scan:
 //   ctid = ANY(array), never a scan of the table whatever the statistics
-//   say) and re-checks them. A row updated since then is not at that ctid
-//   any more: the lock's re-check on its newest version fails and skips it. After the lock the re-check runs on the newest row
-//   version (READ COMMITTED), so a row finished or claimed by another relay
-//   since our snapshot is skipped, as is one SKIP LOCKED finds locked.
+//   say) and re-checks them on the newest row version (READ COMMITTED): a
+//   row finished or claimed by another relay since our snapshot is skipped,
+//   as is one SKIP LOCKED finds locked.
 // - ... and so is any row written since our snapshot (its newest version's
 //   xmin is not the one we read). The re-check can only see the rows it
 //   locks, and head-ness is a fact about other rows: a replay (or redrive)
@@ -154,6 +148,15 @@ export function orderedPicked(t: OutboxTables, policy: 'block' | 'skip'): string
     }
     ORDER BY e.aggregate_type, e.aggregate_id, e.seq
     LIMIT 1`;
+  // A part of the second look: 2 × limit rows not leased that meet `where`, in `order`.
+  const lookPart = (where: string, order: string) => `
+  SELECT ${ROW('e')}
+  FROM ${t.events} e
+  WHERE ${where} AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+    AND (e.locked_until IS NULL OR e.locked_until < now())
+  ORDER BY ${order}
+  LIMIT $1 * 2
+`;
   return `
 WITH RECURSIVE walk AS (
   SELECT ${ROW('e')}
@@ -170,22 +173,8 @@ walk_heads AS (
     ORDER BY walk.aggregate_type, walk.aggregate_id, walk.seq) w
   WHERE ${claimable('w')}
 ),
-ready AS (
-  SELECT ${ROW('e')}
-  FROM ${t.events} e
-  WHERE e.retry_after IS NULL AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
-    AND (e.locked_until IS NULL OR e.locked_until < now())
-  ORDER BY e.seq
-  LIMIT $1 * 2
-),
-due AS (
-  SELECT ${ROW('e')}
-  FROM ${t.events} e
-  WHERE e.retry_after <= now() AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
-    AND (e.locked_until IS NULL OR e.locked_until < now())
-  ORDER BY e.retry_after
-  LIMIT $1 * 2
-),
+ready AS (${lookPart('e.retry_after IS NULL', 'e.seq')}),
+due AS (${lookPart('e.retry_after <= now()', 'e.retry_after')}),
 look AS (SELECT * FROM ready UNION ALL SELECT * FROM due),
 look_aggs AS (
   SELECT f.aggregate_type, f.aggregate_id, f.seq, f.locked_until, f.retry_after, f.parked_until,
@@ -249,8 +238,7 @@ run_all AS (
   FROM chosen h
   CROSS JOIN LATERAL (
     SELECT e.id, e.ctid, e.seq, e.locked_until, e.retry_after, e.parked_until, e.attempts, e.xmin AS row_xmin,
-           ${BYTES('e')} AS bytes, e.locked_by IS NOT NULL AS orphan,
-           e.claimed_alone OR e.claimed_with <= ${SMALL_LEASE} AS small, e.claimed_with AS lost_size
+           ${SIZE_AND_LEASE('e')}
     FROM ${t.events} e
     WHERE num_nulls(e.processed_at, e.dead_lettered_at) = 2
       AND e.aggregate_type = h.aggregate_type
@@ -379,11 +367,16 @@ parked AS (
  * (a suspect); a larger lease's orphans are reclaimed in halves. See "Fault
  * isolation" in claim-batch.ts.
  */
-export const SMALL_LEASE = 8;
+const SMALL_LEASE = 8;
 
-// A row's payload size for the byte budget: what the producer wrote
-// (payload_bytes), else the text's length: the stored size may be a
-// fraction of it (TOAST compresses), and what the relay holds is the text.
-// Only rows written without payload_bytes (before it existed, or by other
-// tools) pay for the conversion.
-export const BYTES = (e: string) => `coalesce(${e}.payload_bytes, octet_length(${e}.payload::text))::bigint`;
+/**
+ * What both claims' `picked` carry of a row besides its place: its size for
+ * the byte budget and its lost lease (see "Fault isolation" in claim-batch.ts).
+ * The size is what the producer wrote (payload_bytes), else the text's
+ * length: the stored size may be a fraction of it (TOAST compresses), and
+ * what the relay holds is the text. Only rows written without payload_bytes
+ * (before it existed, or by other tools) pay for the conversion.
+ */
+export const SIZE_AND_LEASE = (e: string) =>
+  `coalesce(${e}.payload_bytes, octet_length(${e}.payload::text))::bigint AS bytes, ${e}.locked_by IS NOT NULL AS orphan,
+           ${e}.claimed_alone OR ${e}.claimed_with <= ${SMALL_LEASE} AS small, ${e}.claimed_with AS lost_size`;

@@ -137,15 +137,22 @@ export async function releaseRelaySlot(
   await db.query(sql(schema).RELEASE, [slot, holder]);
 }
 
-/**
- * Slots of `0 .. maxRelays - 1` held now (closed ones included), how many of
- * them by a running relay and the lowest of those (null: none), and when the
- * first held slot frees up (ms from now).
- */
+/** The slots of `0 .. maxRelays - 1` now. */
+export interface SlotState {
+  /** Slots held, closed ones included. */
+  held: number;
+  /** Slots held by running relays. */
+  running: number;
+  /** The lowest slot a running relay holds (null: none). */
+  lowest: number | null;
+  /** When the first held slot frees up, ms from now. */
+  nextFreeMs: number;
+}
+
 export async function relaySlotState(
   db: Queryable,
   options: { maxRelays: number; schema?: string | undefined },
-): Promise<{ held: number; running: number; lowest: number | null; nextFreeMs: number }> {
+): Promise<SlotState> {
   const { rows } = await db.query(sql(options.schema).STATE, [options.maxRelays]);
   return {
     held: rows[0].held,

@@ -14,34 +14,26 @@ import { type OutboxTables, outboxTables } from '../db/schema.js';
 //   looked at, whether or not its row was released; fewer candidates than
 //   the limit means the walk reached the end.
 // - Only rows backing off and not leased: a leased row's outcome belongs to
-//   its lease holder. The conditions are repeated on the UPDATE: a row a
+//   its lease holder. The conditions (WAITING) are repeated on the UPDATE: a row a
 //   relay is recording an outcome for is waited for, then checked again on
 //   its new version (leased, or no longer waiting: left alone).
 // - The UPDATE finds the candidates by primary key (id = ANY(array)): joined
 //   to the CTE instead, a table without statistics gets a nested loop over
 //   every waiting row per candidate (2 s for a batch of 1,000 of 12,000).
 // - retry_after = NULL makes the row claimable now; its attempts are untouched.
+const WAITING = (e: string) => `${e}.processed_at IS NULL AND ${e}.dead_lettered_at IS NULL
+    AND $1 = ANY (${e}.waiting_for) AND ${e}.retry_after > now()
+    AND (${e}.locked_until IS NULL OR ${e}.locked_until < now())`;
 const RELEASE_BATCH = (t: OutboxTables) => `
 WITH candidates AS (
-  SELECT id, seq FROM ${t.events}
-  WHERE processed_at IS NULL
-    AND dead_lettered_at IS NULL
-    AND seq > $2::bigint
-    AND $1 = ANY (waiting_for)
-    AND retry_after > now()
-    AND (locked_until IS NULL OR locked_until < now())
-  ORDER BY seq
+  SELECT c.id, c.seq FROM ${t.events} c
+  WHERE ${WAITING('c')} AND c.seq > $2::bigint
+  ORDER BY c.seq
   LIMIT $3),
 released AS (
   UPDATE ${t.events} e
-  SET retry_after = NULL,
-      waiting_for = NULL
-  WHERE e.id = ANY (ARRAY(SELECT c.id FROM candidates c))
-    AND e.processed_at IS NULL
-    AND e.dead_lettered_at IS NULL
-    AND $1 = ANY (e.waiting_for)
-    AND e.retry_after > now()
-    AND (e.locked_until IS NULL OR e.locked_until < now())
+  SET retry_after = NULL, waiting_for = NULL
+  WHERE e.id = ANY (ARRAY(SELECT c.id FROM candidates c)) AND ${WAITING('e')}
   RETURNING 1)
 SELECT (SELECT count(*) FROM released)::int AS released,
        (SELECT count(*) FROM candidates)::int AS candidates,
@@ -58,8 +50,6 @@ export interface ReleaseWaitingOptions {
   until?: number;
 }
 
-const DEFAULT_BATCH_SIZE = 1_000;
-
 /**
  * Makes the events waiting for `target` claimable at once, in batches of
  * bounded statements in seq order; returns how many in all.
@@ -70,7 +60,7 @@ export async function releaseWaiting(
   schema?: string,
   options: ReleaseWaitingOptions = {},
 ): Promise<number> {
-  const limit = options.batchSize ?? DEFAULT_BATCH_SIZE;
+  const limit = options.batchSize ?? 1_000;
   const sql = RELEASE_BATCH(outboxTables(schema));
   let cursor = '0';
   let total = 0;
