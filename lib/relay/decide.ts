@@ -2,20 +2,20 @@ import type { OutboxLogger } from '../observer.js';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { PublishOutcome } from '../publish/types.js';
 import type { Completion } from '../sql/complete-batch.js';
-import { type BackoffPolicy, backoffDelay } from './backoff.js';
+import { backoffDelay } from './backoff.js';
+import type { ResolvedRelayOptions } from './options.js';
 import { type BatchReport, bump, eventFields } from './report.js';
 
 /** What deciding an event's fate depends on besides the event and its outcome. */
-export interface DecidePolicy {
+export type DecidePolicy = Pick<
+  ResolvedRelayOptions,
+  'maxAttempts' | 'maxPendingAgeMs' | 'backoff' | 'logAggregateId'
+> & {
   ordered: boolean;
-  maxAttempts: number;
-  maxPendingAgeMs: number;
-  backoff: BackoffPolicy;
   /** Now, in ms since the epoch (the maximum pending age counts from the event's `failingSince`). */
   now: number;
   random: () => number;
-  logAggregateId: boolean;
-}
+};
 
 export type Verdict =
   | { dead: string; delayMs?: never; refund?: never }

@@ -13,14 +13,14 @@ export const SCALE_OUT_SOURCE = 'pg-lambda-outbox.scale-out';
  * (`RunOptions.leaveIfEmpty`).
  */
 export function isWakeEvent(event: unknown): boolean {
-  return (
-    typeof event === 'object' && event !== null && (event as { source?: unknown }).source === WAKE_SOURCE
-  );
+  return hasSource(event, WAKE_SOURCE);
 }
 
 /** Whether a relay invocation was started by another relay for a backlog (scale out). */
 export function isScaleOutEvent(event: unknown): boolean {
-  return (
-    typeof event === 'object' && event !== null && (event as { source?: unknown }).source === SCALE_OUT_SOURCE
-  );
+  return hasSource(event, SCALE_OUT_SOURCE);
+}
+
+function hasSource(event: unknown, source: string): boolean {
+  return typeof event === 'object' && event !== null && (event as { source?: unknown }).source === source;
 }

@@ -169,37 +169,25 @@ export function resolveRelayOptions(options: RelayOptions = {}): ResolvedRelayOp
     Object.entries(options.backoff ?? {}).filter(([, v]) => v !== undefined),
   );
   const resolved = { ...RELAY_DEFAULTS, ...defined, backoff: { ...RELAY_DEFAULTS.backoff, ...backoff } };
+  const invalid = (field: string, expected: string, got: unknown) =>
+    new ConfigError(field, `expected ${expected} (got ${String(got)})`);
   if (resolved.publishedRows !== 'keep' && resolved.publishedRows !== 'delete') {
-    throw new ConfigError(
-      'publishedRows',
-      `expected "keep" or "delete" (got ${JSON.stringify(resolved.publishedRows)})`,
-    );
+    throw invalid('publishedRows', '"keep" or "delete"', JSON.stringify(resolved.publishedRows));
   }
   if (!(Number.isSafeInteger(resolved.maxClaimBytes) && resolved.maxClaimBytes > 0)) {
-    throw new ConfigError(
-      'maxClaimBytes',
-      `expected a whole number of bytes > 0 (got ${String(resolved.maxClaimBytes)})`,
-    );
+    throw invalid('maxClaimBytes', 'a whole number of bytes > 0', resolved.maxClaimBytes);
   }
   const tail = resolved.idleTailMs;
   if (tail !== null && !(Number.isFinite(tail) && tail >= 0)) {
-    throw new ConfigError(
-      'idleTailMs',
-      `expected milliseconds >= 0, or null for no tail (got ${String(tail)})`,
-    );
+    throw invalid('idleTailMs', 'milliseconds >= 0, or null for no tail', tail);
   }
   const maxRelays = resolved.maxRelays;
   if (maxRelays !== null && !(Number.isInteger(maxRelays) && maxRelays >= 1)) {
-    throw new ConfigError(
-      'maxRelays',
-      `expected a whole number >= 1, or null for no slots (got ${String(maxRelays)})`,
-    );
+    throw invalid('maxRelays', 'a whole number >= 1, or null for no slots', maxRelays);
   }
   for (const field of ['scaleOutBacklog', 'scaleOutAgeMs', 'scaleOutParkMs', 'slotAliveMs'] as const) {
     const value = resolved[field];
-    if (!(Number.isInteger(value) && value >= 1)) {
-      throw new ConfigError(field, `expected a whole number >= 1 (got ${String(value)})`);
-    }
+    if (!(Number.isInteger(value) && value >= 1)) throw invalid(field, 'a whole number >= 1', value);
   }
   resolved.schema = validateSchemaName(resolved.schema);
   return resolved;

@@ -180,12 +180,7 @@ export class Relay {
     return this.lookAsLeaving(run, ended, scaler);
   }
 
-  /**
-   * The exit's look (scale-policy.ts, exitStep): with the slot released
-   * and no relay running, one claim for events committed while the slot
-   * was held; if it found any, run again (or, short of time, start a
-   * successor).
-   */
+  /** The exit's look (scale-policy.ts: exitStep, afterLook). */
   private async lookAsLeaving(run: RunOptions, ended: RelaySummary, scaler: Scaler): Promise<RelaySummary> {
     const { logger, metrics } = this.ctx;
     const timeLeftMs = () => run.remainingMs() - this.options.safetyMarginMs;

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError } from '../errors.js';
 import { type OutboxLogger, silentLogger } from '../observer.js';
 import type { Relay, RelaySummary } from './relay.js';
@@ -53,18 +54,7 @@ function checkMs(options: RunRelayOptions, key: 'runMs' | 'maxRetryDelayMs', min
 }
 
 /** Resolves after `ms`, or at once when `signal` fires. */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
+const pause = (ms: number, signal: AbortSignal) => sleep(ms, undefined, { signal }).catch(() => {});
 
 /**
  * One run without a deadline: it ends at the runner's signal or after

@@ -196,32 +196,15 @@ export class Scaler {
   }
 
   /**
-   * Runs `body` unless relays cannot be started or another scale check is
-   * under way. A failure only costs the scale-out: it is logged (after
-   * `onError`), never thrown.
-   */
-  private async scale<T>(body: () => Promise<T>, onError = () => {}): Promise<T | false> {
-    if (!this.ctx.startRelays || this.scaling) return false;
-    this.scaling = true;
-    try {
-      return await body();
-    } catch (error) {
-      onError();
-      this.ctx.logger.warn('could not start more relays for the backlog', { error: String(error) });
-      return false;
-    } finally {
-      this.scaling = false;
-    }
-  }
-
-  /**
    * A run out of time while claims came back full starts a successor when a
    * backlog calls and a slot is free (its own, released: not when the slot
    * was closed). Whether it started one; a failed check only costs the
    * successor: the schedule starts one.
    */
   async successorForBacklog(): Promise<boolean> {
-    const started = await this.scale(async () => {
+    if (!this.ctx.startRelays || this.scaling) return false;
+    this.scaling = true;
+    try {
       const backlog = await this.backlog();
       if (!backlog.calls || (await this.slots()).held >= this.maxRelays) return false;
       await this.start(1, {
@@ -230,8 +213,12 @@ export class Scaler {
         lag_ms: Math.round(backlog.lagMs),
       });
       return true;
-    });
-    return started === true;
+    } catch (error) {
+      this.ctx.logger.warn('could not start more relays for the backlog', { error: String(error) });
+      return false;
+    } finally {
+      this.scaling = false;
+    }
   }
 
   /** Whether a scale check is due after a full claim (and none is under way). */
@@ -244,52 +231,54 @@ export class Scaler {
    * the lowest slot measures its rate over a window of full claims, starts
    * relays (relaysToStart) and judges what they did (measureStep); relays
    * that did not raise the rate have their slots closed for
-   * `scaleOutParkMs`. Never rejects.
+   * `scaleOutParkMs`. A failed check only costs the scale-out. Never rejects.
    */
   async check(): Promise<void> {
+    if (!this.ctx.startRelays || this.scaling) return;
+    this.scaling = true;
     const now = performance.now();
-    await this.scale(
-      async () => {
-        this.nextCheckAt = now + SCALE_CHECK_MS;
-        if (this.probe) return await this.judge(now);
-        const windowStart = this.rates.fullWindowStart(now);
-        if (windowStart === undefined) {
-          this.nextCheckAt = Math.max(now + PROBE_CHECK_MS, this.rates.lastShortAt + 1_000);
-          return;
-        }
-        const slots = await this.slots();
-        if (slots.lowest !== this.slot || slots.held >= this.maxRelays) return;
-        const backlog = await this.backlog();
-        const ratePerSecond = this.rates.rateSince(windowStart, performance.now());
-        const add = relaysToStart({
-          mySlot: this.slot,
-          maxRelays: this.maxRelays,
-          slots,
-          backlogCalls: backlog.calls,
-          ratePerSecond,
-        });
-        if (add === 0) return;
-        await this.start(add, {
-          why: 'a backlog while draining',
-          running: slots.running,
-          ready_at_least: backlog.ready,
-          lag_ms: Math.round(backlog.lagMs),
-          events_per_second: Math.round(ratePerSecond),
-        });
-        this.probe = {
-          startedAt: performance.now(),
-          running: slots.running,
-          added: add,
-          rateBefore: ratePerSecond,
-        };
-        this.nextCheckAt = performance.now() + PROBE_CHECK_MS;
-      },
-      () => {
-        // Some may have started: not measured, so no more for a while.
-        this.probe = undefined;
-        this.nextCheckAt = performance.now() + PROBE_JOIN_MS;
-      },
-    );
+    this.nextCheckAt = now + SCALE_CHECK_MS;
+    try {
+      if (this.probe) return await this.judge(now);
+      const windowStart = this.rates.fullWindowStart(now);
+      if (windowStart === undefined) {
+        this.nextCheckAt = Math.max(now + PROBE_CHECK_MS, this.rates.lastShortAt + 1_000);
+        return;
+      }
+      const slots = await this.slots();
+      if (slots.lowest !== this.slot || slots.held >= this.maxRelays) return;
+      const backlog = await this.backlog();
+      const ratePerSecond = this.rates.rateSince(windowStart, performance.now());
+      const add = relaysToStart({
+        mySlot: this.slot,
+        maxRelays: this.maxRelays,
+        slots,
+        backlogCalls: backlog.calls,
+        ratePerSecond,
+      });
+      if (add === 0) return;
+      await this.start(add, {
+        why: 'a backlog while draining',
+        running: slots.running,
+        ready_at_least: backlog.ready,
+        lag_ms: Math.round(backlog.lagMs),
+        events_per_second: Math.round(ratePerSecond),
+      });
+      this.probe = {
+        startedAt: performance.now(),
+        running: slots.running,
+        added: add,
+        rateBefore: ratePerSecond,
+      };
+      this.nextCheckAt = performance.now() + PROBE_CHECK_MS;
+    } catch (error) {
+      // Some may have started: not measured, so no more for a while.
+      this.probe = undefined;
+      this.nextCheckAt = performance.now() + PROBE_JOIN_MS;
+      this.ctx.logger.warn('could not start more relays for the backlog', { error: String(error) });
+    } finally {
+      this.scaling = false;
+    }
   }
 
   private async judge(now: number): Promise<void> {

@@ -34,12 +34,7 @@ export interface ClaimParams {
   maxBytes?: number | undefined;
   /** The outbox tables' schema; unqualified names when absent. */
   schema?: string | undefined;
-  /**
-   * The claiming process holds other leases now (another batch of the same
-   * relay in flight): a claim of one row is then not "alone" (see "Fault
-   * isolation" below), since whatever kills the process takes the other
-   * batch with it. Default false.
-   */
+  /** Another batch of the claiming relay is in flight: a claim of one row is not alone ("Fault isolation" below). */
   othersInFlight?: boolean;
 }
 
@@ -306,10 +301,9 @@ const markAloneStatements = perSchema(
 );
 
 /**
- * Marks a row claimed as a suspect while its relay had other batches in
- * flight as claimed alone, once those have ended and before it is published:
- * from now on a crash of the relay is its own. False when the lease has run
- * out meanwhile (the row is not the caller's any more: do not publish it).
+ * Marks a suspect claimed beside other batches as claimed alone, once they
+ * have ended ("Fault isolation" above). False when the lease has run out
+ * meanwhile (the row is not the caller's any more: do not publish it).
  */
 export async function markClaimedAlone(
   db: Queryable,

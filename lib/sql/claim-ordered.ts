@@ -123,7 +123,6 @@ const ROW = (e: string) =>
 
 /** `picked` (id, seq, orphan, small, lost_size, head, ord, bytes) of the ordered claim; see the comment above. */
 export function orderedPicked(t: OutboxTables, policy: 'block' | 'skip'): string {
-  // Claimable: free and (block) no dead letter of its aggregate before it.
   const claimable = (h: string) =>
     `${free(h)}${
       policy === 'block'

@@ -86,25 +86,17 @@ UNION ALL
 SELECT id FROM kept`;
 
 // The common case, every event of the batch published, as a plain id list:
-// cheaper for the database than building rows from JSON.
+// cheaper for the database than building rows from JSON. Deleted, a
+// published row finishes with no trace: no new row version, no index
+// entries, nothing left for cleanup (docs/operations.md, "Published rows").
+const LEASED_IDS = `WHERE id = ANY($1::uuid[]) AND locked_by = $2::uuid
+RETURNING id`;
 const COMPLETE_ALL_PUBLISHED = (t: OutboxTables) => `
 UPDATE ${t.events}
-SET processed_at = now(),
-    delivered_targets = '{}'::text[],
-    waiting_for = NULL,
-    locked_until = NULL,
-    locked_by = NULL
-WHERE id = ANY($1::uuid[])
-  AND locked_by = $2::uuid
-RETURNING id`;
-
-// A published row finished with no trace: no new row version, no index
-// entries, nothing left for cleanup (docs/operations.md, "Published rows").
-const DELETE_ALL_PUBLISHED = (t: OutboxTables) => `
-DELETE FROM ${t.events}
-WHERE id = ANY($1::uuid[])
-  AND locked_by = $2::uuid
-RETURNING id`;
+SET processed_at = now(), delivered_targets = '{}'::text[], waiting_for = NULL,
+    locked_until = NULL, locked_by = NULL
+${LEASED_IDS}`;
+const DELETE_ALL_PUBLISHED = (t: OutboxTables) => `DELETE FROM ${t.events} ${LEASED_IDS}`;
 
 /**
  * Records the outcomes of a claimed batch, only for rows still leased to
