@@ -66,11 +66,9 @@ export interface RunOptions {
   idleTailMs?: number;
   /**
    * With `maxRelays` and an idle tail: when a relay already holds a slot,
-   * return at once (`busy`) and leave the outbox to it. The last relay to
-   * let its slot go looks for events once it has (see scale-policy.ts,
-   * exitStep), so an event committed while a slot was held is taken by
-   * that relay or its successor. For runs started by a producer's wake or
-   * by the schedule; not for runs started for a backlog.
+   * return at once (`busy`) and leave the outbox to it (the last relay to
+   * let its slot go looks for events: scale-policy.ts, exitStep). For runs
+   * started by a producer's wake or by the schedule, not for a backlog.
    */
   deferToRunning?: boolean;
   /**

@@ -60,28 +60,19 @@ export interface RelaySummary extends BatchReport {
   relaysStarted?: number;
 }
 
+/** The counts of a report that add up over batches and runs. */
+const COUNTED = ['claimed', 'published', 'retried', 'held', 'heldBack', 'deadLettered', 'leaseLost'] as const;
+type Counted = (typeof COUNTED)[number];
+
 export function emptyReport(): BatchReport {
-  return {
-    claimed: 0,
-    published: 0,
-    retried: 0,
-    held: 0,
-    heldBack: 0,
-    deadLettered: 0,
-    leaseLost: 0,
-    durationMs: 0,
-    failedByType: {},
-    deadLetteredByType: {},
-  };
+  const counts = Object.fromEntries(COUNTED.map((key) => [key, 0])) as Record<Counted, number>;
+  return { ...counts, durationMs: 0, failedByType: {}, deadLetteredByType: {} };
 }
 
 /** A run that left the outbox to other relays without claiming. */
 export function busySummary(): RelaySummary {
   return { ...emptyReport(), batches: 0, durationMs: 0, stoppedBecause: 'busy', relaysStarted: 0 };
 }
-
-/** The counts of a report that add up over batches and runs. */
-const COUNTED = ['claimed', 'published', 'retried', 'held', 'heldBack', 'deadLettered', 'leaseLost'] as const;
 
 /** Adds `from`'s counts (and its failures by type) into `into`. */
 export function addCounts(into: BatchReport, from: BatchReport): void {

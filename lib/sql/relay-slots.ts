@@ -165,9 +165,8 @@ export async function relaySlotState(
 /**
  * Closes every slot of `0 .. maxRelays - 1` for `parkMs` but those of `keep`
  * running relays: `slot`, which `holder` must hold (else nothing is closed),
- * and the lowest other slots. A relay whose slot is closed finds so at its
- * next renewal and stops claiming; a closed slot counts as held for whoever
- * takes a slot or starts relays. Returns the slots closed.
+ * and the lowest other slots (see "Closed" above); a relay whose slot is
+ * closed finds so at its next renewal. Returns the slots closed.
  */
 export async function parkRelaySlots(
   db: Queryable,
