@@ -1,5 +1,5 @@
-import * as z from '../zod.js';
 import { defineEvents, type EventOf, type PayloadOf } from '../contracts/define.js';
+import * as z from '../zod.js';
 
 /**
  * The reference stack's event contracts: the one definition of each event
