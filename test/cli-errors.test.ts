@@ -220,6 +220,18 @@ describe('the CLI speaks in flags', () => {
     expect(rows[0]?.n).toBe(2);
   });
 
+  it('status, dead-letters and replays in a schema without the outbox name the schema and the fix', async () => {
+    const runs = await Promise.all(
+      [['status'], ['dead-letters'], ['replays']].map((args) =>
+        outbox(['--schema', 'no_outbox_here', ...args]),
+      ),
+    );
+    for (const run of runs) {
+      expectOneLineError(run, 1, /^error: .*no_outbox_here.*--schema/);
+      expect(run.stderr).not.toMatch(/^error: relation/);
+    }
+  });
+
   it('--version prints the package version', async () => {
     const { version } = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
       version: string;

@@ -140,6 +140,31 @@ describe('the Markdown the package ships', () => {
     expect(broken).toEqual([]);
   });
 
+  it("library.md's table of what is public has a row for every entry point, and the install figures are bench:install's", () => {
+    const library = fs.readFileSync(path.join(root, 'docs/library.md'), 'utf8');
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as {
+      name: string;
+      exports: Record<string, unknown>;
+    };
+    const entries = Object.keys(pkg.exports)
+      .filter((e) => e !== './package.json')
+      .map((e) => (e === '.' ? pkg.name : `${pkg.name}/${e.slice(2)}`));
+    expect(entries.length).toBeGreaterThan(10);
+    const rows = new Set([...library.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]));
+    expect(entries.filter((e) => !rows.has(e))).toEqual([]);
+    const { install } = JSON.parse(fs.readFileSync(path.join(root, 'bench/results.json'), 'utf8')) as {
+      install: { producer_only_mb: number; producer_only_packages: number };
+    };
+    const figure = `${install.producer_only_mb.toFixed(2)} MB`;
+    for (const file of ['README.md', 'docs/library.md', 'docs/contributing.md', 'docs/benchmarks.md']) {
+      const text = fs.readFileSync(path.join(root, file), 'utf8').replace(/\s+/g, ' ');
+      expect(text, file).toContain(figure);
+      // benchmarks.md gives the count in its table.
+      if (file !== 'docs/benchmarks.md')
+        expect(text, file).toContain(`${install.producer_only_packages} packages`);
+    }
+  });
+
   it('reads headings as GitHub names them', () => {
     expect(slug('Direct calls')).toBe('direct-calls');
     expect(slug('`createConsumer` options, and `handleMessages`')).toBe(

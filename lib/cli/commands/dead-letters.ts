@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
+import { listDeadLetters } from '../../operations/reads.js';
 import { oneLine, textTable } from '../../operations/text-table.js';
-import { type DeadLetterPage, listDeadLetters } from '../../sql/list-dead-letters.js';
+import type { DeadLetterPage } from '../../sql/list-dead-letters.js';
 import { print, printJson, schemaOf, wholeNumber, withPool } from '../shared.js';
 
 export const deadLetterCount = (n: number) => `${n} dead letter${n === 1 ? '' : 's'}`;

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
+import { listReplays } from '../../operations/reads.js';
 import { oneLine, textTable } from '../../operations/text-table.js';
-import { listReplays } from '../../sql/replay-events.js';
 import { print, printJson, schemaOf, wholeNumber, withPool } from '../shared.js';
 
 export function replaysCommand(cli: Command): void {

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
+import { outboxStats } from '../../operations/reads.js';
 import { humanDuration, textTable } from '../../operations/text-table.js';
-import { outboxStats } from '../../sql/outbox-stats.js';
 import { print, printJson, schemaOf, withPool } from '../shared.js';
 
 export function statusCommand(cli: Command): void {
