@@ -162,6 +162,70 @@ describe('ordered claim: runs', () => {
   });
 });
 
+describe('ordered relay: events held back behind a head that retries', () => {
+  /**
+   * What the transports answer when a target refuses an aggregate's first
+   * event (the environment's fault, held 60 s): the aggregate's later events
+   * of the same publish are held back; other aggregates go.
+   */
+  const refusingHeld: Publisher = {
+    async publish(events) {
+      const stopped = new Set<string>();
+      return events.map((e): PublishOutcome => {
+        if (!e.aggregateId.startsWith('held-')) return { eventId: e.id, ok: true, delivered: [] };
+        const outcome: PublishOutcome = stopped.has(e.aggregateId)
+          ? {
+              eventId: e.id,
+              ok: false,
+              retryable: true,
+              environment: true,
+              heldBack: true,
+              error: 'held back',
+              delivered: [],
+            }
+          : {
+              eventId: e.id,
+              ok: false,
+              retryable: true,
+              environment: true,
+              error: 'refused',
+              retryAfterMs: 60_000,
+              delivered: [],
+            };
+        stopped.add(e.aggregateId);
+        return outcome;
+      });
+    },
+  };
+
+  it('are parked until their head is due, so aggregates written after them are claimed at once', async () => {
+    const held = Array.from({ length: 100 }, (_, i) => `held-${String(i).padStart(3, '0')}`);
+    await fill([...held, ...held]);
+    // One claim takes every run (200 rows); the heads are refused, the events behind them held back.
+    const relay = new Relay({
+      db: db.pool,
+      publisher: refusingHeld,
+      options: { ordering: 'aggregate', batchSize: 200, workers: 1, safetyMarginMs: 0, idleWaitMs: 5 },
+      logger: captureLogger().logger,
+      random: () => 0.5,
+    });
+    const summary = await drainUntilIdle(relay);
+    expect(summary.heldBack).toBe(100);
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM outbox_events t
+       JOIN outbox_events h ON (h.aggregate_type, h.aggregate_id) = (t.aggregate_type, t.aggregate_id) AND h.seq < t.seq
+       WHERE t.retry_after = t.parked_until AND t.parked_until = h.retry_after AND h.retry_after > now() + interval '50 seconds'`,
+    );
+    expect(rows[0].n).toBe(100);
+    // Orders of other aggregates come in (their names sort after the held ones):
+    // a claim of 10 finds them, not 100 events that cannot go (it used to
+    // return nothing until claims had parked them, 20 rows a claim).
+    await fill(['zz-1', 'zz-2', 'zz-3', 'zz-4', 'zz-5']);
+    const claim = await claimBatch(db.pool, params({ limit: 10 }));
+    expect(labels(claim.events)).toEqual(['zz-10', 'zz-20', 'zz-30', 'zz-40', 'zz-50']);
+  });
+});
+
 /** SendMessageBatch through a wrapper that can rewrite what the queue gets and what it answers. */
 function wrappedSqs(
   sqs: SQSClient,

@@ -70,7 +70,8 @@ export function decide(
   logger: OutboxLogger,
   onWaiting: (outcome: PublishOutcome & { ok: false }) => void,
 ): Completion[] {
-  const stopped = new Map<string, string>();
+  /** Per aggregate: its first event here not delivered, and how long that one waits if it retries. */
+  const stopped = new Map<string, { id: string; parkMs?: number }>();
   return events.map((event): Completion => {
     const key = `${event.aggregateType}\u0000${event.aggregateId}`;
     let outcome: PublishOutcome = outcomes.get(event.id) ?? {
@@ -90,11 +91,11 @@ export function decide(
         environment: true,
         heldBack: true,
         code: 'HeldBack',
-        error: `event ${stoppedBy} of the same aggregate, before it, was not delivered; recorded after that one`,
+        error: `event ${stoppedBy.id} of the same aggregate, before it, was not delivered; recorded after that one`,
         delivered: outcome.delivered,
       };
     }
-    if (policy.ordered && !outcome.ok && stoppedBy === undefined) stopped.set(key, event.id);
+    if (policy.ordered && !outcome.ok && stoppedBy === undefined) stopped.set(key, { id: event.id });
     if (outcome.ok) {
       report.published++;
       return { id: event.id, status: 'published', delivered: outcome.delivered };
@@ -114,12 +115,13 @@ export function decide(
       } else {
         logger.debug('held back behind an earlier event of its aggregate', fields);
       }
-      // No attempt spent, no backoff: it goes as soon as the earlier one did.
+      // No attempt spent, no backoff of its own: it goes with the earlier one.
       return {
         id: event.id,
         status: 'retry',
         error: outcome.error,
         delayMs: 0,
+        parkMs: stoppedBy?.parkMs,
         delivered: outcome.delivered,
         refund: true,
       };
@@ -133,6 +135,7 @@ export function decide(
       return { id: event.id, status: 'dead', error: v.dead, delivered: outcome.delivered };
     }
     report.retried++;
+    if (stopped.get(key)?.id === event.id) stopped.set(key, { id: event.id, parkMs: v.delayMs });
     if (v.refund) {
       // The environment's fault: counted into the periodic summary, not a
       // line per event (an outage would log every waiting event per claim).

@@ -39,9 +39,11 @@ const DEAD_LETTER_PARK = `interval '1 minute'`;
 // - Parking, when the sweep was capped: what filled the second look were
 //   rows that cannot go yet (a tail behind a head that backs off or is
 //   leased, a head held back by a dead letter, the rest of a deep aggregate
-//   this claim takes the head of). The claim parks them: retry_after and
-//   parked_until are set to when that hold ends, so they leave both parts
-//   of the look until then and the next claims see past them. A head that
+//   this claim takes the head of; the events a batch held back behind a
+//   head that retries are parked by complete-batch.ts already). The claim
+//   parks them: retry_after and parked_until are set to when that hold
+//   ends, so they leave both parts of the look until then and the next
+//   claims see past them. A head that
 //   backs off parks its tail until its retry_after; a leased head until its
 //   lease ends, except the earliest row seen (it may be the one right after
 //   the leased run, next in line when the run is published); a head this

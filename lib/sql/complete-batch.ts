@@ -19,6 +19,11 @@ export type Completion =
       failing?: boolean | undefined;
       /** Targets the event waits for; a recovered target releases it early. */
       waitingFor?: string[] | undefined;
+      /**
+       * Held back behind an earlier event of its aggregate that retries in
+       * this long: parked until then (claim-ordered.ts, "Parking").
+       */
+      parkMs?: number | undefined;
     }
   | { id: string; status: 'dead'; error: string; delivered: string[] };
 
@@ -33,12 +38,14 @@ export type Completion =
 // not the event's fault (the claim still counts a lease that expires with no
 // outcome, so a relay that keeps crashing on an event dead-letters it).
 // The outcome columns of a row that is kept: published (unless published
-// rows are deleted), retried or dead-lettered. A retry without a wait (an
-// event held back behind an earlier one of its aggregate) gets no
-// retry_after at all: it is as claimable as a new row, and stays among the
-// ready rows the ordered claim reads (outbox_events_ready), not among the
-// due retries, where rows that wait behind a blocked head would pile up at
-// the front.
+// rows are deleted), retried or dead-lettered. An event held back behind an
+// earlier one of its aggregate spends no wait of its own: behind an event
+// that retries it is parked until that one is due (retry_after =
+// parked_until, as the ordered claim parks what it finds in its way), so it
+// leaves the rows the claim looks through (outbox_events_ready and the due
+// retries) and a claim finds other aggregates' events without reading past
+// it; a claim of its aggregate's run still takes it. Otherwise it gets no
+// retry_after at all: as claimable as a new row.
 const OUTCOME_SET = `
 SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
     attempts = CASE WHEN o.status = 'retry' AND o.refund THEN greatest(e.attempts - 1, 0) ELSE e.attempts END,
@@ -46,15 +53,18 @@ SET processed_at = CASE WHEN o.status = 'published' THEN now() END,
                          ELSE e.failing_since END,
     waiting_for = CASE WHEN o.status = 'retry' THEN o.waiting_for END,
     dead_lettered_at = CASE WHEN o.status = 'dead' THEN now() END,
-    retry_after = CASE WHEN o.status = 'retry' AND o.delay_ms > 0 THEN now() + o.delay_ms * interval '1 millisecond' END,
+    retry_after = CASE WHEN o.status = 'retry' AND greatest(o.delay_ms, o.park_ms) > 0
+                       THEN now() + greatest(o.delay_ms, o.park_ms) * interval '1 millisecond' END,
+    parked_until = CASE WHEN o.status = 'retry' AND o.delay_ms = 0 AND o.park_ms > 0
+                        THEN now() + o.park_ms * interval '1 millisecond' END,
     last_error = CASE WHEN o.status = 'published' THEN e.last_error ELSE o.error END,
     delivered_targets = CASE WHEN o.status = 'published' THEN '{}'::text[] ELSE o.delivered END,
     locked_until = NULL,
     locked_by = NULL`;
 
 const OUTCOMES = `jsonb_to_recordset($1::jsonb)
-  AS o(id uuid, status text, error text, delay_ms bigint, delivered text[], refund boolean, waiting_for text[],
-       failing boolean)`;
+  AS o(id uuid, status text, error text, delay_ms bigint, park_ms bigint, delivered text[], refund boolean,
+       waiting_for text[], failing boolean)`;
 
 const COMPLETE = (t: OutboxTables) => `
 UPDATE ${t.events} e
@@ -125,6 +135,7 @@ export async function completeBatch(
     status: c.status,
     error: c.status === 'published' ? null : c.error,
     delay_ms: c.status === 'retry' ? Math.round(c.delayMs) : null,
+    park_ms: c.status === 'retry' && c.parkMs ? Math.round(c.parkMs) : null,
     delivered: c.delivered,
     refund: c.status === 'retry' && c.refund,
     failing: c.status === 'retry' && c.failing === true,
