@@ -455,7 +455,11 @@ describe('pg-lambda-outbox sql and migrate', () => {
       expect(JSON.parse(status.stdout)).toMatchObject({ pending: 1, deadLetters: 0 });
       // Without the schema the tables are not on the search_path.
       const elsewhere = await outbox(['status'], env);
-      expectOneLineError(elsewhere, 1, /outbox_events.* does not exist/);
+      expectOneLineError(
+        elsewhere,
+        1,
+        /^error: outbox table outbox_events not found \(no schema was given.*\): give the outbox's schema once: --schema <name> or OUTBOX_SCHEMA; if the outbox was never migrated there, run `npx pg-lambda-outbox migrate --schema <name>`$/,
+      );
     } finally {
       await target.drop();
     }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { Command, CommanderError } from 'commander';
-import { ConfigError, ValidationError } from '../errors.js';
+import { MIGRATE_FROM_CODE, SCHEMA_WAYS } from '../db/schema.js';
+import { ConfigError, OutboxSchemaError, ValidationError } from '../errors.js';
 import { oneLine, printable } from '../operations/text-table.js';
 import { consoleCommand } from './commands/console.js';
 import { contractsCommand } from './commands/contracts.js';
@@ -113,6 +114,11 @@ export function inFlags(error: ValidationError): string {
 /** One line an operator can act on, whatever was thrown. */
 function describe(error: unknown): string {
   if (error instanceof ValidationError) return inFlags(error);
+  if (error instanceof OutboxSchemaError) {
+    return error.message
+      .replace(SCHEMA_WAYS, '--schema <name> or OUTBOX_SCHEMA')
+      .replace(MIGRATE_FROM_CODE, '');
+  }
   const e = error as NodeJS.ErrnoException & { errors?: Error[] };
   // Node reports a refused connection to several addresses as an AggregateError with no message.
   const message =

@@ -153,6 +153,10 @@ function databaseError(error: unknown, depth = 0): { code: string; message: stri
  * outbox's schema. It names the relation or column and the fix, never the
  * statement.
  */
+/** The ways to say the schema, and to migrate, that an OutboxSchemaError names (the CLI names its flag instead). */
+export const SCHEMA_WAYS = 'createOutbox({ schema }), the schema option, or OUTBOX_SCHEMA';
+export const MIGRATE_FROM_CODE = ' (or migrate({ schema }))';
+
 export function schemaError(error: unknown, schema: string | undefined): unknown {
   if (error instanceof OutboxSchemaError) return error;
   const found = databaseError(error);
@@ -163,16 +167,16 @@ export function schemaError(error: unknown, schema: string | undefined): unknown
       ? "no schema was given, so the outbox's tables were looked up through the connection's search_path"
       : `looked in schema "${schema}"`;
   const migrate = `npx pg-lambda-outbox migrate --schema ${schema ?? '<name>'}`;
-  const say = "give the outbox's schema once: createOutbox({ schema }), the schema option, or OUTBOX_SCHEMA";
+  const say = `give the outbox's schema once: ${SCHEMA_WAYS}`;
   const message =
     found.code === '42P01'
       ? `outbox table ${missing ?? '(unnamed)'} not found (${where}): ${say}; ` +
-        `if the outbox was never migrated there, run \`${migrate}\` (or migrate({ schema }))`
+        `if the outbox was never migrated there, run \`${migrate}\`${MIGRATE_FROM_CODE}`
       : `outbox column ${missing ?? '(unnamed)'} not found (${where}): ` +
         (schema === undefined
           ? `the table found is not the outbox's (one of your own with the same name?); ${say}, ` +
             `after \`${migrate}\` if the outbox has no schema of its own yet`
-          : `the outbox's migrations are behind this version: run \`${migrate}\` (or migrate({ schema }))`);
+          : `the outbox's migrations are behind this version: run \`${migrate}\`${MIGRATE_FROM_CODE}`);
   return new OutboxSchemaError(message, {
     cause: error,
     schema,
