@@ -45,4 +45,32 @@ describe('the claim as a prepared statement', () => {
     const relayPool = preferGenericPlans(new pg.Pool({ connectionString: db.url, max: 1 }));
     expect(await plans(relayPool)).toEqual([{ generic: 3, custom: 0 }]);
   });
+
+  it('a relay pool sets the plan mode before a connection is handed out, never beside its first query', async () => {
+    // Two queries at once on one connection: pg 8 queues the second with a
+    // deprecation warning, pg 9 refuses it.
+    let inFlight = 0;
+    let most = 0;
+    class Counting extends pg.Client {
+      override query(...args: unknown[]): never {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        const done = () => {
+          inFlight--;
+        };
+        const result = (super.query as (...a: unknown[]) => unknown)(...args);
+        if (result instanceof Promise) result.then(done, done);
+        else done();
+        return result as never;
+      }
+    }
+    const pool = preferGenericPlans(new pg.Pool({ connectionString: db.url, max: 1, Client: Counting }));
+    try {
+      const { rows } = await pool.query('SHOW plan_cache_mode');
+      expect(rows[0].plan_cache_mode).toBe('force_generic_plan');
+      expect(most).toBe(1);
+    } finally {
+      await pool.end();
+    }
+  });
 });

@@ -61,8 +61,20 @@ export function queryPrepared<R>(db: Queryable, text: string, values: unknown[])
  * the setting leaves planning as it was.
  */
 export function preferGenericPlans<P extends pg.Pool>(pool: P): P {
+  const SET = 'SET plan_cache_mode = force_generic_plan';
+  const done = new WeakSet<object>();
+  // pg-pool's onConnect hook runs before the connection is handed out, so
+  // the SET is not queued beside its first query (which pg 8 warns of and
+  // pg 9 refuses). An older pg-pool ignores it: the connect event sets it.
+  const options = pool.options as pg.PoolConfig;
+  const before = options.onConnect;
+  options.onConnect = async (client: pg.ClientBase) => {
+    await before?.(client);
+    await client.query(SET).catch(() => {});
+    done.add(client);
+  };
   pool.on('connect', (client) => {
-    client.query('SET plan_cache_mode = force_generic_plan').catch(() => {});
+    if (!done.has(client)) client.query(SET).catch(() => {});
   });
   return pool;
 }
