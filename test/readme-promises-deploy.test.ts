@@ -7,6 +7,7 @@
 // function, ... alarms and a dashboard", and "`--schema <name>` with the
 // stage param `outboxSchema`".
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -60,10 +61,11 @@ const getAtt = (value: unknown) => (value as { 'Fn::GetAtt'?: [string, string] }
 
 describe('README: what serverless.yml deploys', () => {
   it('four functions on their triggers, the queues, the bus and its rule, a role each, alarms and a dashboard', async () => {
-    const [dev, prod, inSchema] = await Promise.all([
+    const [dev, prod, inSchema, noWindow] = await Promise.all([
       printed('dev'),
       printed('prod'),
       printed('dev', { outboxSchema: 'billing' }),
+      printed('dev', { consumerBatchingWindow: '0' }),
     ]);
     for (const [stage, config] of [
       ['dev', dev],
@@ -87,6 +89,8 @@ describe('README: what serverless.yml deploys', () => {
       expect(others, stage).toEqual([]);
       expect(getAtt(trigger?.sqs?.arn), stage).toBe('ConsumerQueue');
       expect(trigger?.sqs?.functionResponseType, stage).toBe('ReportBatchItemFailures');
+      // Batches of 10, waiting up to consumerBatchingWindow (1 s) to fill.
+      expect(trigger?.sqs, stage).toMatchObject({ batchSize: 10, maximumBatchingWindow: 1 });
 
       // The standard and the FIFO queue, each with its dead-letter queue; the
       // consumer queue with its own.
@@ -138,5 +142,27 @@ describe('README: what serverless.yml deploys', () => {
     // The stage param outboxSchema becomes every function's OUTBOX_SCHEMA.
     expect(dev.provider.environment.OUTBOX_SCHEMA).toBe('');
     expect(inSchema.provider.environment.OUTBOX_SCHEMA).toBe('billing');
+    expect(noWindow.functions.consumer?.events?.[0]?.sqs?.maximumBatchingWindow).toBe(0);
   }, 90_000);
+});
+
+describe('docs/deploy.md: the stage params', () => {
+  it('has a row for every param serverless.yml takes', () => {
+    const yml = fs.readFileSync(path.join(root, 'serverless.yml'), 'utf8');
+    const defaults = yml.slice(yml.indexOf('params:\n  default:\n')).split('\n').slice(2);
+    const params: string[] = [];
+    for (const line of defaults) {
+      if (/^ {0,2}\S/.test(line)) break;
+      const name = /^ {4}(\w+):/.exec(line)?.[1];
+      if (name) params.push(name);
+    }
+    expect(params.length).toBeGreaterThan(30);
+    const docs = fs.readFileSync(path.join(root, 'docs/deploy.md'), 'utf8');
+    const rows = new Set(
+      [...docs.matchAll(/^\| ([^|]+) \|/gm)].flatMap((m) =>
+        [...(m[1] ?? '').matchAll(/`(\w+)`/g)].map((n) => n[1]),
+      ),
+    );
+    expect(params.filter((p) => !rows.has(p))).toEqual([]);
+  });
 });
