@@ -226,6 +226,69 @@ describe('ordered relay: events held back behind a head that retries', () => {
   });
 });
 
+describe('ordered relay: a parked event whose predecessor is published', () => {
+  it('is claimable at once, even when another claim held its row as the run was claimed', async () => {
+    // 20 rows in front that cannot go for an hour (they fill the claim's walk),
+    // then a0, and a1 parked behind it for 10 minutes.
+    await db.pool.query(
+      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, attempts)
+       SELECT gen_random_uuid(), 'order', 'blocked-' || g, 'order.updated', '{}', now() + interval '1 hour', 1
+       FROM generate_series(1, 20) g`,
+    );
+    await fill(['a', 'a']);
+    await db.pool.query(
+      `UPDATE outbox_events SET retry_after = now() + interval '10 minutes', parked_until = now() + interval '10 minutes'
+       WHERE aggregate_id = 'a' AND payload->>'k' = '1'`,
+    );
+    // Another relay's claim holds a1 locked (as its `locked` step does with
+    // a run it then keeps nothing of) while this relay claims a0, and lets
+    // go while a0 is being published.
+    const other = await db.pool.connect();
+    await other.query('BEGIN');
+    await other.query(
+      `SELECT 1 FROM outbox_events WHERE aggregate_id = 'a' AND payload->>'k' = '1' FOR UPDATE`,
+    );
+    const published: string[] = [];
+    let released = false;
+    const publisher: Publisher = {
+      async publish(events) {
+        if (!released) {
+          released = true;
+          await other.query('COMMIT');
+          other.release();
+        }
+        published.push(...labels([...events]));
+        return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
+      },
+    };
+    const relay = new Relay({
+      db: db.pool,
+      publisher,
+      options: {
+        ordering: 'aggregate',
+        batchSize: 10,
+        maxPerAggregate: 1,
+        workers: 1,
+        safetyMarginMs: 0,
+        idleWaitMs: 5,
+      },
+      logger: captureLogger().logger,
+      random: () => 0.5,
+    });
+    await drainUntilIdle(relay);
+    expect(published).toEqual(['a0', 'a1']);
+  });
+
+  it('goes at once when the relay is switched to ordering none (a park only keeps order)', async () => {
+    await fill(['a', 'a']);
+    await db.pool.query(
+      `UPDATE outbox_events SET retry_after = now() + interval '10 minutes', parked_until = now() + interval '10 minutes'
+       WHERE aggregate_id = 'a' AND payload->>'k' = '1'`,
+    );
+    expect(labels((await claimBatch(db.pool, params({ ordered: false }))).events)).toEqual(['a0', 'a1']);
+  });
+});
+
 /** SendMessageBatch through a wrapper that can rewrite what the queue gets and what it answers. */
 function wrappedSqs(
   sqs: SQSClient,

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { OutboxEvent } from '../outbox/types.js';
 import type { PublishOutcome } from '../publish/types.js';
 import { type ClaimParams, type ClaimResult, claimBatch, markClaimedAlone } from '../sql/claim-batch.js';
-import { type Completion, completeBatch } from '../sql/complete-batch.js';
+import { type Completion, completeBatch, unparkNext } from '../sql/complete-batch.js';
 import { releaseWaiting } from '../sql/release-waiting.js';
 import { decide } from './decide.js';
 import type { RelayContext } from './relay.js';
@@ -129,7 +129,7 @@ export class BatchPipeline {
         waited = true;
         await this.isolation;
       }
-      const none = { events: [], exhausted: [], suspect: false };
+      const none: ClaimResult = { events: [], exhausted: [], suspect: false, parkedNext: [] };
       if (waited && !timeLeft()) return { claim: none, othersInFlight: false, endClaim: () => {} };
       const othersInFlight = this.inFlight > 0;
       const claim = await claimBatch(this.deps.db, { ...params, othersInFlight });
@@ -225,6 +225,7 @@ export class BatchPipeline {
       (outcome) => this.deps.waiting.note(outcome),
     );
     const recorded = await this.complete(leaseId, completions);
+    await this.unparkAfter(claim.parkedNext, completions, recorded);
     // Within the invocation's time, as the publish was: a long release after
     // an outage must not hold the run past its end.
     await this.releaseRecovered(performance.now() + budgetLeft());
@@ -319,6 +320,16 @@ export class BatchPipeline {
         });
       }
     }
+  }
+
+  /** The runs published whose next event is parked: it is its aggregate's head now (unparkNext). */
+  private async unparkAfter(runEnds: OutboxEvent[], completions: Completion[], recorded: Set<string>) {
+    const published = new Set(completions.filter((c) => c.status === 'published').map((c) => c.id));
+    const ends = runEnds.filter((e) => published.has(e.id) && recorded.has(e.id));
+    await unparkNext(this.deps.db, ends, this.deps.options.schema).catch((error) =>
+      // Its park ends by itself: only the shortcut is lost.
+      this.deps.logger.warn('could not clear the park of the next event', { error: String(error) }),
+    );
   }
 
   /**

@@ -1,7 +1,7 @@
 import { type Queryable, queryPrepared } from '../db/queryable.js';
 import { type OutboxTables, perSchema } from '../db/schema.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { orderedParking, orderedPicked, SIZE_AND_LEASE } from './claim-ordered.js';
+import { orderedParking, orderedPicked, PARKED_NEXT, SIZE_AND_LEASE } from './claim-ordered.js';
 
 export interface ClaimParams {
   /** Most rows to claim. */
@@ -49,6 +49,12 @@ export interface ClaimResult {
    * outcome) taken alone, to learn whether it kills the relay by itself.
    */
   suspect: boolean;
+  /**
+   * Ordered: the events (each the last this claim took of its aggregate)
+   * right behind which a parked row waits. Once such an event is published,
+   * its successor's park is cleared (unparkNext, complete-batch.ts).
+   */
+  parkedNext: OutboxEvent[];
 }
 
 // Why it is shaped this way:
@@ -99,7 +105,7 @@ WITH picked AS (
   WHERE e.processed_at IS NULL
     AND e.dead_lettered_at IS NULL
     AND (e.locked_until IS NULL OR e.locked_until < now())
-    AND (e.retry_after IS NULL OR e.retry_after <= now())${fromSeq ? '\n    AND e.seq >= $5::bigint' : ''}
+    AND (e.retry_after IS NULL OR e.retry_after <= now() OR e.retry_after = e.parked_until)${fromSeq ? '\n    AND e.seq >= $5::bigint' : ''}
   ORDER BY e.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -118,13 +124,15 @@ WITH picked AS (
 // was before this claim: `e.locked_by IS NOT NULL` is "orphan" and
 // `e.claimed_alone` says whether its lost lease held it alone; a row taken
 // while parked (retry_after = parked_until, see claim-ordered.ts) is parked
-// no more.
+// no more. A park only keeps an aggregate in order: the unordered claim
+// (a relay switched to ordering 'none') takes parked rows as they are.
 function claimSql(
   t: OutboxTables,
   picked: string,
   budget: string,
   othersInFlight: string,
   after = '',
+  parkedNext = 'false',
 ): string {
   const spent = `e.locked_by IS NOT NULL AND e.claimed_alone AND e.attempts >= $4`;
   return `${picked},
@@ -169,7 +177,8 @@ FROM taken
 WHERE e.id = taken.id
 RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted,
-          e.replay_id, e.replayed_at, e.failing_since, EXISTS (SELECT 1 FROM suspect) AS suspect`;
+          e.replay_id, e.replayed_at, e.failing_since, EXISTS (SELECT 1 FROM suspect) AS suspect,
+          ${parkedNext} AS parked_next`;
 }
 
 // $1 limit, $2 lease ms, $3 lease id, $4 max attempts, $5 the ordered
@@ -178,8 +187,8 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
 const claimStatements = perSchema((t) => ({
   unordered: claimSql(t, unorderedPicked(t, false), '$5', '$6'),
   unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6', '$7'),
-  block: claimSql(t, orderedPicked(t, 'block'), '$6', '$7', orderedParking(t)),
-  skip: claimSql(t, orderedPicked(t, 'skip'), '$6', '$7', orderedParking(t)),
+  block: claimSql(t, orderedPicked(t, 'block'), '$6', '$7', orderedParking(t), PARKED_NEXT),
+  skip: claimSql(t, orderedPicked(t, 'skip'), '$6', '$7', orderedParking(t), PARKED_NEXT),
 }));
 
 interface Row {
@@ -198,6 +207,7 @@ interface Row {
   replayed_at: Date | null;
   failing_since: Date | null;
   suspect: boolean;
+  parked_next: boolean;
 }
 
 /**
@@ -258,10 +268,12 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
   );
   values.push(params.othersInFlight === true);
   const { rows } = await queryPrepared<Row>(db, sql, values);
-  const result: ClaimResult = { events: [], exhausted: [], suspect: false };
+  const result: ClaimResult = { events: [], exhausted: [], suspect: false, parkedNext: [] };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => compareSeq(a.seq, b.seq));
   if (rows.length > 0) result.minSeq = rows[0]?.seq;
+  // In seq order, the last event of a flagged aggregate ends its run.
+  const lastOfRun = new Map<string, OutboxEvent>();
   for (const row of rows) {
     if (row.exhausted) {
       result.exhausted.push({
@@ -288,8 +300,11 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
           ...(row.failing_since ? { failingSince: row.failing_since } : {}),
         }),
       );
+      if (row.parked_next)
+        lastOfRun.set(`${row.aggregate_type}\u0000${row.aggregate_id}`, result.events.at(-1)!);
     }
   }
+  result.parkedNext = [...lastOfRun.values()];
   // A suspect dead-lettered by this claim (its attempts were used up) is not in flight.
   result.suspect = result.events.length > 0 && rows.some((r) => r.suspect);
   return result;

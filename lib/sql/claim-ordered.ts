@@ -364,6 +364,15 @@ parked AS (
 }
 
 /**
+ * The ordered claim's `parked_next`: the row right after what this claim
+ * took of the aggregate was parked (`next_up`). Its park is cleared here
+ * (`unparked`), but not while another claim holds that row locked (SKIP
+ * LOCKED); so the relay clears it again once the run is published.
+ */
+export const PARKED_NEXT = `(e.aggregate_type, e.aggregate_id) IN (
+            SELECT n.aggregate_type, n.aggregate_id FROM next_up n WHERE n.unpark IS NOT NULL)`;
+
+/**
  * An orphan whose lost lease held at most this many rows is isolated alone
  * (a suspect); a larger lease's orphans are reclaimed in halves. See "Fault
  * isolation" in claim-batch.ts.

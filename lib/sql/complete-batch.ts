@@ -147,3 +147,31 @@ export async function completeBatch(
   );
   return new Set(rows.map((r) => r.id));
 }
+
+const UNPARK_NEXT = (t: OutboxTables) => `
+UPDATE ${t.events} e
+SET retry_after = NULL, parked_until = NULL
+FROM jsonb_to_recordset($1::jsonb) AS a(type text, id text, seq bigint)
+CROSS JOIN LATERAL (
+  SELECT n.ctid FROM ${t.events} n
+  WHERE num_nulls(n.processed_at, n.dead_lettered_at) = 2
+    AND n.aggregate_type = a.type AND n.aggregate_id = a.id AND n.seq > a.seq
+  ORDER BY n.aggregate_type, n.aggregate_id, n.seq
+  LIMIT 1) n
+WHERE e.ctid = n.ctid AND e.retry_after = e.parked_until`;
+
+/**
+ * Clears the park of the next event of each aggregate after `published`
+ * (the last published event of its run), if it is still parked: it is the
+ * aggregate's head now, and a parked head is claimed only when its park
+ * ends (ClaimResult.parkedNext says which runs to give).
+ */
+export async function unparkNext(
+  db: Queryable,
+  published: ReadonlyArray<{ aggregateType: string; aggregateId: string; seq: string }>,
+  schema?: string,
+): Promise<void> {
+  if (published.length === 0) return;
+  const after = published.map((e) => ({ type: e.aggregateType, id: e.aggregateId, seq: e.seq }));
+  await db.query(UNPARK_NEXT(outboxTables(schema)), [JSON.stringify(after)]);
+}
