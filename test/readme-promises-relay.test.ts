@@ -43,6 +43,15 @@ beforeEach(async () => {
   await db.pool.query('TRUNCATE outbox_events');
 });
 
+/** A real SQS client of the emulator that tries each call once (a middleware is added to it). */
+const singleTrySqs = () =>
+  new SQSClient({
+    endpoint: aws.endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+    maxAttempts: 1,
+  });
+
 /** A relay on `relayPool` publishing through `publisher`: one worker, batches of 10. */
 function relayWith(publisher: Publisher) {
   return new Relay({
@@ -195,12 +204,7 @@ describe('README: a failing target is probed with one small call', () => {
     const missing = `${queue.url.replace(/\/[^/]+$/, '')}/${uniqueName('readme-probe-missing')}`;
     // The real client, with a middleware that notes each SendMessageBatch's size.
     const entries: Array<{ queue: string; count: number }> = [];
-    const sqs = new SQSClient({
-      endpoint: aws.endpoint,
-      region: 'us-east-1',
-      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
-      maxAttempts: 1,
-    });
+    const sqs = singleTrySqs();
     sqs.middlewareStack.add(
       (next, context) => async (args) => {
         if (context.commandName === 'SendMessageBatchCommand') {
@@ -267,12 +271,7 @@ describe('README: batched publishing, several calls in flight', () => {
     let maxInFlight = 0;
     // The real client; its middleware notes each call and adds 300 ms of
     // network round trip, so that calls made together overlap on any machine.
-    const sqs = new SQSClient({
-      endpoint: aws.endpoint,
-      region: 'us-east-1',
-      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
-      maxAttempts: 1,
-    });
+    const sqs = singleTrySqs();
     sqs.middlewareStack.add(
       (next, context) => async (args) => {
         if (context.commandName !== 'SendMessageBatchCommand') return next(args);
