@@ -12,6 +12,7 @@ import type { PublishContext, Publisher, PublishOutcome } from '../lib/publish/t
 import type { RelayOptions } from '../lib/relay/options.js';
 import { Relay } from '../lib/relay/relay.js';
 import { type ClaimParams, claimBatch } from '../lib/sql/claim-batch.js';
+import { discardDeadLetters } from '../lib/sql/redrive-dead-letters.js';
 import { awsClients, createQueue, drainQueue, uniqueName } from './support/aws.js';
 import { useTestDatabase } from './support/database.js';
 import { captureLogger } from './support/events.js';
@@ -277,6 +278,70 @@ describe('ordered relay: a parked event whose predecessor is published', () => {
     });
     await drainUntilIdle(relay);
     expect(published).toEqual(['a0', 'a1']);
+  });
+
+  it('is claimable at once when a claim from an older snapshot parked it while its predecessor was out', async () => {
+    await db.pool.query(
+      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, attempts)
+       SELECT gen_random_uuid(), 'order', 'blocked-' || g, 'order.updated', '{}', now() + interval '1 hour', 1
+       FROM generate_series(1, 20) g`,
+    );
+    await fill(['x', 'x']);
+    // While x0 is being published, another claim that saw it leased parks x1
+    // until that lease ends (its snapshot predates this relay's claim).
+    const published: string[] = [];
+    const publisher: Publisher = {
+      async publish(events) {
+        if (published.length === 0) {
+          await db.pool.query(
+            `UPDATE outbox_events SET retry_after = now() + interval '1 minute', parked_until = now() + interval '1 minute'
+             WHERE aggregate_id = 'x' AND payload->>'k' = '1'`,
+          );
+        }
+        published.push(...labels([...events]));
+        return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
+      },
+    };
+    const relay = new Relay({
+      db: db.pool,
+      publisher,
+      options: {
+        ordering: 'aggregate',
+        batchSize: 10,
+        maxPerAggregate: 1,
+        workers: 1,
+        safetyMarginMs: 0,
+        idleWaitMs: 5,
+      },
+      logger: captureLogger().logger,
+      random: () => 0.5,
+    });
+    await drainUntilIdle(relay);
+    expect(published).toEqual(['x0', 'x1']);
+  });
+
+  it('is not parked by a claim from before the discard that let it go: the discard rewrites it', async () => {
+    await fill(['d', 'd', 'd']);
+    await db.pool.query(
+      `UPDATE outbox_events SET dead_lettered_at = now(), attempts = 1 WHERE payload->>'k' = '0'`,
+    );
+    const rowVersions = async () =>
+      (
+        await db.pool.query<{ k: string; xmin: string }>(
+          `SELECT payload->>'k' AS k, xmin::text FROM outbox_events ORDER BY seq`,
+        )
+      ).rows;
+    const before = await rowVersions();
+    const [dead] = before;
+    const { rows } = await db.pool.query(`SELECT id FROM outbox_events WHERE payload->>'k' = '0'`);
+    expect(await discardDeadLetters(db.pool, [rows[0].id], 'test')).toEqual(new Set([rows[0].id]));
+    const after = await rowVersions();
+    // A claim re-checks a row's version (xmin) before parking it: the
+    // aggregate's new head (d1) was rewritten, the row behind it left alone.
+    expect(after.map((r) => r.k)).toEqual(['0', '1', '2']);
+    expect(after[0]?.xmin).not.toBe(dead?.xmin);
+    expect(after[1]?.xmin).not.toBe(before[1]?.xmin);
+    expect(after[2]?.xmin).toBe(before[2]?.xmin);
   });
 
   it('goes at once when the relay is switched to ordering none (a park only keeps order)', async () => {

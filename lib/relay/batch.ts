@@ -129,7 +129,7 @@ export class BatchPipeline {
         waited = true;
         await this.isolation;
       }
-      const none: ClaimResult = { events: [], exhausted: [], suspect: false, parkedNext: [] };
+      const none: ClaimResult = { events: [], exhausted: [], suspect: false, runEnds: [] };
       if (waited && !timeLeft()) return { claim: none, othersInFlight: false, endClaim: () => {} };
       const othersInFlight = this.inFlight > 0;
       const claim = await claimBatch(this.deps.db, { ...params, othersInFlight });
@@ -225,7 +225,7 @@ export class BatchPipeline {
       (outcome) => this.deps.waiting.note(outcome),
     );
     const recorded = await this.complete(leaseId, completions);
-    await this.unparkAfter(claim.parkedNext, completions, recorded);
+    await this.unparkAfter(claim.runEnds, completions, recorded);
     // Within the invocation's time, as the publish was: a long release after
     // an outage must not hold the run past its end.
     await this.releaseRecovered(performance.now() + budgetLeft());
@@ -322,7 +322,7 @@ export class BatchPipeline {
     }
   }
 
-  /** The runs published whose next event is parked: it is its aggregate's head now (unparkNext). */
+  /** Runs published with more behind: the next event is its aggregate's head now, parked or not (unparkNext). */
   private async unparkAfter(runEnds: OutboxEvent[], completions: Completion[], recorded: Set<string>) {
     const published = new Set(completions.filter((c) => c.status === 'published').map((c) => c.id));
     const ends = runEnds.filter((e) => published.has(e.id) && recorded.has(e.id));

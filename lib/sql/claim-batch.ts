@@ -1,7 +1,7 @@
 import { type Queryable, queryPrepared } from '../db/queryable.js';
 import { type OutboxTables, perSchema } from '../db/schema.js';
 import type { OutboxEvent } from '../outbox/types.js';
-import { orderedParking, orderedPicked, PARKED_NEXT, SIZE_AND_LEASE } from './claim-ordered.js';
+import { MORE_BEHIND, orderedParking, orderedPicked, SIZE_AND_LEASE } from './claim-ordered.js';
 
 export interface ClaimParams {
   /** Most rows to claim. */
@@ -51,10 +51,10 @@ export interface ClaimResult {
   suspect: boolean;
   /**
    * Ordered: the events (each the last this claim took of its aggregate)
-   * right behind which a parked row waits. Once such an event is published,
-   * its successor's park is cleared (unparkNext, complete-batch.ts).
+   * with more of their aggregate right behind. Once such an event is
+   * published, its successor's park, if any, is cleared (unparkNext).
    */
-  parkedNext: OutboxEvent[];
+  runEnds: OutboxEvent[];
 }
 
 // Why it is shaped this way:
@@ -132,7 +132,7 @@ function claimSql(
   budget: string,
   othersInFlight: string,
   after = '',
-  parkedNext = 'false',
+  moreBehind = 'false',
 ): string {
   const spent = `e.locked_by IS NOT NULL AND e.claimed_alone AND e.attempts >= $4`;
   return `${picked},
@@ -178,7 +178,7 @@ WHERE e.id = taken.id
 RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text AS payload_json, e.headers,
           e.created_at, e.attempts, e.delivered_targets, e.dead_lettered_at IS NOT NULL AS exhausted,
           e.replay_id, e.replayed_at, e.failing_since, EXISTS (SELECT 1 FROM suspect) AS suspect,
-          ${parkedNext} AS parked_next`;
+          ${moreBehind} AS more_behind`;
 }
 
 // $1 limit, $2 lease ms, $3 lease id, $4 max attempts, $5 the ordered
@@ -187,8 +187,8 @@ RETURNING e.id, e.seq, e.aggregate_type, e.aggregate_id, e.event_type, e.payload
 const claimStatements = perSchema((t) => ({
   unordered: claimSql(t, unorderedPicked(t, false), '$5', '$6'),
   unorderedFrom: claimSql(t, unorderedPicked(t, true), '$6', '$7'),
-  block: claimSql(t, orderedPicked(t, 'block'), '$6', '$7', orderedParking(t), PARKED_NEXT),
-  skip: claimSql(t, orderedPicked(t, 'skip'), '$6', '$7', orderedParking(t), PARKED_NEXT),
+  block: claimSql(t, orderedPicked(t, 'block'), '$6', '$7', orderedParking(t), MORE_BEHIND),
+  skip: claimSql(t, orderedPicked(t, 'skip'), '$6', '$7', orderedParking(t), MORE_BEHIND),
 }));
 
 interface Row {
@@ -207,7 +207,7 @@ interface Row {
   replayed_at: Date | null;
   failing_since: Date | null;
   suspect: boolean;
-  parked_next: boolean;
+  more_behind: boolean;
 }
 
 /**
@@ -268,7 +268,7 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
   );
   values.push(params.othersInFlight === true);
   const { rows } = await queryPrepared<Row>(db, sql, values);
-  const result: ClaimResult = { events: [], exhausted: [], suspect: false, parkedNext: [] };
+  const result: ClaimResult = { events: [], exhausted: [], suspect: false, runEnds: [] };
   // UPDATE ... RETURNING gives no order guarantee; publish in seq order.
   rows.sort((a, b) => compareSeq(a.seq, b.seq));
   if (rows.length > 0) result.minSeq = rows[0]?.seq;
@@ -300,11 +300,11 @@ export async function claimBatch(db: Queryable, params: ClaimParams): Promise<Cl
           ...(row.failing_since ? { failingSince: row.failing_since } : {}),
         }),
       );
-      if (row.parked_next)
+      if (row.more_behind)
         lastOfRun.set(`${row.aggregate_type}\u0000${row.aggregate_id}`, result.events.at(-1)!);
     }
   }
-  result.parkedNext = [...lastOfRun.values()];
+  result.runEnds = [...lastOfRun.values()];
   // A suspect dead-lettered by this claim (its attempts were used up) is not in flight.
   result.suspect = result.events.length > 0 && rows.some((r) => r.suspect);
   return result;

@@ -364,13 +364,16 @@ parked AS (
 }
 
 /**
- * The ordered claim's `parked_next`: the row right after what this claim
- * took of the aggregate was parked (`next_up`). Its park is cleared here
- * (`unparked`), but not while another claim holds that row locked (SKIP
- * LOCKED); so the relay clears it again once the run is published.
+ * The ordered claim's `more_behind`: the aggregate has an event right after
+ * what this claim took of it (`next_up`). Should that event be parked once
+ * the run is published, it is its aggregate's head and must not wait out
+ * the park; this claim clears it (`unparked`), but not while another claim
+ * holds the row locked (SKIP LOCKED), nor a park a claim from an older
+ * snapshot writes later (it saw the run leased). So the relay clears it
+ * again once the run is published (unparkNext).
  */
-export const PARKED_NEXT = `(e.aggregate_type, e.aggregate_id) IN (
-            SELECT n.aggregate_type, n.aggregate_id FROM next_up n WHERE n.unpark IS NOT NULL)`;
+export const MORE_BEHIND = `(e.aggregate_type, e.aggregate_id) IN (
+            SELECT n.aggregate_type, n.aggregate_id FROM next_up n WHERE n.seq IS NOT NULL)`;
 
 /**
  * An orphan whose lost lease held at most this many rows is isolated alone

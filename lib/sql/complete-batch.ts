@@ -164,7 +164,7 @@ WHERE e.ctid = n.ctid AND e.retry_after = e.parked_until`;
  * Clears the park of the next event of each aggregate after `published`
  * (the last published event of its run), if it is still parked: it is the
  * aggregate's head now, and a parked head is claimed only when its park
- * ends (ClaimResult.parkedNext says which runs to give).
+ * ends (ClaimResult.runEnds says which runs to give).
  */
 export async function unparkNext(
   db: Queryable,

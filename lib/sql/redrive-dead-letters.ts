@@ -106,6 +106,10 @@ SET processed_at = now(),
 // A claim may have parked the rows behind a dead letter (claim-ordered.ts,
 // "Parking": retry_after = parked_until, a minute at most): a discard lets
 // its aggregate go at once, so it lifts those parks in the same statement.
+// It also rewrites the aggregate's next event (its head from now on), as
+// redrive and replay do (busyAggregates, replay-events.ts): a claim whose
+// snapshot still saw the dead letter re-checks that row before parking it,
+// finds it rewritten and leaves it alone.
 const DISCARD = (t: OutboxTables) => `
 WITH discarded AS (
   UPDATE ${t.events}${discardSet('$2')}
@@ -113,11 +117,16 @@ WITH discarded AS (
     AND dead_lettered_at IS NOT NULL
   RETURNING id, aggregate_type, aggregate_id),
 unparked AS (
-  UPDATE ${t.events} e SET retry_after = NULL, parked_until = NULL
+  UPDATE ${t.events} e
+  SET retry_after = CASE WHEN e.retry_after = e.parked_until THEN NULL ELSE e.retry_after END,
+      parked_until = NULL
   FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM discarded) d
   WHERE e.aggregate_type = d.aggregate_type AND e.aggregate_id = d.aggregate_id
     AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
-    AND e.parked_until IS NOT NULL AND e.retry_after = e.parked_until)
+    AND (e.parked_until IS NOT NULL
+      OR e.seq = (SELECT min(h.seq) FROM ${t.events} h
+                  WHERE num_nulls(h.processed_at, h.dead_lettered_at) = 2
+                    AND h.aggregate_type = d.aggregate_type AND h.aggregate_id = d.aggregate_id)))
 SELECT id FROM discarded`;
 
 /** Counts every dead letter matching `filter` (no limit). */
