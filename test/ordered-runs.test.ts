@@ -228,15 +228,46 @@ describe('ordered relay: events held back behind a head that retries', () => {
 });
 
 describe('ordered relay: a parked event whose predecessor is published', () => {
-  it('is claimable at once, even when another claim held its row as the run was claimed', async () => {
-    // 20 rows in front that cannot go for an hour (they fill the claim's walk),
-    // then a0, and a1 parked behind it for 10 minutes.
-    await db.pool.query(
+  /** 20 rows in front that cannot go for an hour: they fill the claim's walk, so the claim looks further. */
+  const blockedInFront = () =>
+    db.pool.query(
       `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, attempts)
        SELECT gen_random_uuid(), 'order', 'blocked-' || g, 'order.updated', '{}', now() + interval '1 hour', 1
        FROM generate_series(1, 20) g`,
     );
+
+  /** Drains with a relay claiming one event per aggregate; `whilePublishingFirst` runs during its first publish. */
+  async function drainOneByOne(whilePublishingFirst: () => Promise<void>): Promise<string[]> {
+    const published: string[] = [];
+    const publisher: Publisher = {
+      async publish(events) {
+        if (published.length === 0) await whilePublishingFirst();
+        published.push(...labels([...events]));
+        return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
+      },
+    };
+    const relay = new Relay({
+      db: db.pool,
+      publisher,
+      options: {
+        ordering: 'aggregate',
+        batchSize: 10,
+        maxPerAggregate: 1,
+        workers: 1,
+        safetyMarginMs: 0,
+        idleWaitMs: 5,
+      },
+      logger: captureLogger().logger,
+      random: () => 0.5,
+    });
+    await drainUntilIdle(relay);
+    return published;
+  }
+
+  it('is claimable at once, even when another claim held its row as the run was claimed', async () => {
+    await blockedInFront();
     await fill(['a', 'a']);
+    // a1 parked behind a0 for 10 minutes.
     await db.pool.query(
       `UPDATE outbox_events SET retry_after = now() + interval '10 minutes', parked_until = now() + interval '10 minutes'
        WHERE aggregate_id = 'a' AND payload->>'k' = '1'`,
@@ -249,74 +280,24 @@ describe('ordered relay: a parked event whose predecessor is published', () => {
     await other.query(
       `SELECT 1 FROM outbox_events WHERE aggregate_id = 'a' AND payload->>'k' = '1' FOR UPDATE`,
     );
-    const published: string[] = [];
-    let released = false;
-    const publisher: Publisher = {
-      async publish(events) {
-        if (!released) {
-          released = true;
-          await other.query('COMMIT');
-          other.release();
-        }
-        published.push(...labels([...events]));
-        return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
-      },
-    };
-    const relay = new Relay({
-      db: db.pool,
-      publisher,
-      options: {
-        ordering: 'aggregate',
-        batchSize: 10,
-        maxPerAggregate: 1,
-        workers: 1,
-        safetyMarginMs: 0,
-        idleWaitMs: 5,
-      },
-      logger: captureLogger().logger,
-      random: () => 0.5,
+    const published = await drainOneByOne(async () => {
+      await other.query('COMMIT');
+      other.release();
     });
-    await drainUntilIdle(relay);
     expect(published).toEqual(['a0', 'a1']);
   });
 
   it('is claimable at once when a claim from an older snapshot parked it while its predecessor was out', async () => {
-    await db.pool.query(
-      `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, retry_after, attempts)
-       SELECT gen_random_uuid(), 'order', 'blocked-' || g, 'order.updated', '{}', now() + interval '1 hour', 1
-       FROM generate_series(1, 20) g`,
-    );
+    await blockedInFront();
     await fill(['x', 'x']);
     // While x0 is being published, another claim that saw it leased parks x1
     // until that lease ends (its snapshot predates this relay's claim).
-    const published: string[] = [];
-    const publisher: Publisher = {
-      async publish(events) {
-        if (published.length === 0) {
-          await db.pool.query(
-            `UPDATE outbox_events SET retry_after = now() + interval '1 minute', parked_until = now() + interval '1 minute'
-             WHERE aggregate_id = 'x' AND payload->>'k' = '1'`,
-          );
-        }
-        published.push(...labels([...events]));
-        return events.map((e) => ({ eventId: e.id, ok: true as const, delivered: [] }));
-      },
-    };
-    const relay = new Relay({
-      db: db.pool,
-      publisher,
-      options: {
-        ordering: 'aggregate',
-        batchSize: 10,
-        maxPerAggregate: 1,
-        workers: 1,
-        safetyMarginMs: 0,
-        idleWaitMs: 5,
-      },
-      logger: captureLogger().logger,
-      random: () => 0.5,
+    const published = await drainOneByOne(async () => {
+      await db.pool.query(
+        `UPDATE outbox_events SET retry_after = now() + interval '1 minute', parked_until = now() + interval '1 minute'
+         WHERE aggregate_id = 'x' AND payload->>'k' = '1'`,
+      );
     });
-    await drainUntilIdle(relay);
     expect(published).toEqual(['x0', 'x1']);
   });
 

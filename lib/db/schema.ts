@@ -146,6 +146,10 @@ function databaseError(error: unknown, depth = 0): { code: string; message: stri
   return databaseError(e.driverError, depth + 1) ?? databaseError(e.cause, depth + 1);
 }
 
+/** The ways to say the schema, and to migrate, that an OutboxSchemaError names (the CLI names its flag instead). */
+export const SCHEMA_WAYS = 'createOutbox({ schema }), the schema option, or OUTBOX_SCHEMA';
+export const MIGRATE_FROM_CODE = ' (or migrate({ schema }))';
+
 /**
  * `error` as an {@link OutboxSchemaError} when it is PostgreSQL's "no such
  * relation" (42P01) or "no such column" (42703), else `error` itself. Only
@@ -153,10 +157,6 @@ function databaseError(error: unknown, depth = 0): { code: string; message: stri
  * outbox's schema. It names the relation or column and the fix, never the
  * statement.
  */
-/** The ways to say the schema, and to migrate, that an OutboxSchemaError names (the CLI names its flag instead). */
-export const SCHEMA_WAYS = 'createOutbox({ schema }), the schema option, or OUTBOX_SCHEMA';
-export const MIGRATE_FROM_CODE = ' (or migrate({ schema }))';
-
 export function schemaError(error: unknown, schema: string | undefined): unknown {
   if (error instanceof OutboxSchemaError) return error;
   const found = databaseError(error);

@@ -324,6 +324,7 @@ export class BatchPipeline {
 
   /** Runs published with more behind: the next event is its aggregate's head now, parked or not (unparkNext). */
   private async unparkAfter(runEnds: OutboxEvent[], completions: Completion[], recorded: Set<string>) {
+    if (runEnds.length === 0) return;
     const published = new Set(completions.filter((c) => c.status === 'published').map((c) => c.id));
     const ends = runEnds.filter((e) => published.has(e.id) && recorded.has(e.id));
     await unparkNext(this.deps.db, ends, this.deps.options.schema).catch((error) =>
